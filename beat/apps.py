@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BeatConfig(AppConfig):
+    name = "beat"
+    verbose_name = "Scheduler engine"

@@ -1,0 +1,146 @@
+"""`python -m devstack run|test|smoke|env`: the launcher behind `make run` and `make test`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .services import Resolved, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _base_env(resolved: Resolved) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = resolved.database_url
+    env["REDIS_URL"] = resolved.redis_url
+    env.setdefault("DEBUG", "1")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+    )
+    return result.stdout or ""
+
+
+def _prepare(env: dict[str, str], data_dir: Path) -> dict:
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    out = _manage(env, "ensure_demo", "--state-file", str(data_dir / "demo.json"), capture=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _say(lines: list[str]) -> None:
+    print("\n".join(lines), flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from honcho.environ import parse_procfile
+    from honcho.manager import Manager
+    from honcho.printer import Printer
+
+    data_dir = Path(args.data_dir).resolve()
+    resolved = resolve(data_dir=data_dir)
+    env = _base_env(resolved)
+    port = env.setdefault("PORT", "8000")
+    _say([f"[devstack] {note}" for note in resolved.notes])
+    demo = _prepare(env, data_dir)
+    procfile = parse_procfile((ROOT / "Procfile").read_text())
+    manager = Manager(Printer(sys.stdout))
+    for name, command in procfile.processes.items():
+        manager.add_process(name, command, env=env, cwd=str(ROOT))
+    _say(
+        [
+            "",
+            "Tickwork is starting: web, scheduler and worker.",
+            f"  Dashboard  http://{demo['domain']}:{port}/   "
+            f"user {demo['user']} / {demo['password']}",
+            f"  Admin      http://localhost:{port}/admin/   user {demo['operator']} / "
+            f"{demo['operator_password']}",
+            f"  API token  {demo['token']}",
+            f"  Try        curl -H 'Authorization: Bearer {demo['token']}' "
+            f"http://localhost:{port}/api/v1/jobs",
+            "Press Ctrl-C to stop every process.",
+            "",
+        ]
+    )
+    manager.loop()
+    return manager.returncode or 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    resolved = resolve(data_dir=data_dir)
+    env = _base_env(resolved)
+    _say([f"[devstack] {note}" for note in resolved.notes])
+    pytest_args = [a for a in args.rest if a != "--"]
+    return subprocess.call([sys.executable, "-m", "pytest", *pytest_args], env=env, cwd=ROOT)
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    """Resolve services, migrate, provision the demo and check readiness, then stop."""
+    data_dir = Path(args.data_dir).resolve()
+    resolved = resolve(data_dir=data_dir)
+    env = _base_env(resolved)
+    demo = _prepare(env, data_dir)
+    ready = _manage(env, "check_ready", capture=True).strip()
+    print(
+        json.dumps(
+            {
+                "notes": resolved.notes,
+                "embedded": resolved.embedded,
+                "demo_domain": demo["domain"],
+                "ready": ready,
+            }
+        )
+    )
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    resolved = resolve(data_dir=Path(args.data_dir).resolve())
+    if resolved.embedded:
+        print(
+            "# embedded services stop when this command exits; use `make run` instead",
+            file=sys.stderr,
+        )
+    print(f"export DATABASE_URL='{resolved.database_url}'")
+    print(f"export REDIS_URL='{resolved.redis_url}'")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack")
+    parser.add_argument("--data-dir", default=os.environ.get("DEVSTACK_DATA_DIR", ".data"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="start web, scheduler and worker with a demo tenant")
+    test = sub.add_parser("test", help="run the test suite against real services")
+    test.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("smoke", help="bootstrap once and check readiness, then exit")
+    sub.add_parser("env", help="print the resolved DATABASE_URL and REDIS_URL")
+    args = parser.parse_args(argv)
+    handlers = {"run": cmd_run, "test": cmd_test, "smoke": cmd_smoke, "env": cmd_env}
+    try:
+        return handlers[args.command](args)
+    except subprocess.CalledProcessError as exc:
+        print(
+            f"[devstack] {' '.join(map(str, exc.cmd[1:]))} failed (exit {exc.returncode})",
+            file=sys.stderr,
+        )
+        return exc.returncode or 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

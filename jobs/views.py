@@ -1,0 +1,12 @@
+"""Dashboard pages for a tenant's jobs (server-rendered)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "dashboard/home.html", {"tenant": request.tenant})

@@ -1,0 +1,41 @@
+"""The Celery app: workers consume the run queues `runs.<priority>.<shard>`.
+
+The queue list is ordered high before normal before low and the Redis transport polls it
+in that order (`queue_order_strategy = priority`), so a worker started without `-Q` takes
+every run queue and always drains higher priorities first.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
+
+PRIORITIES = ("high", "normal", "low")
+
+
+def run_queue_names(shard_count: int) -> list[str]:
+    return [f"runs.{priority}.{shard}" for priority in PRIORITIES for shard in range(shard_count)]
+
+
+app = Celery("scheduler_site")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _configure_queues() -> None:
+    from django.conf import settings
+
+    names = run_queue_names(settings.SCHEDULER_SHARD_COUNT)
+    app.conf.task_queues = [Queue(name, routing_key=name) for name in names]
+    app.conf.task_default_queue = names[len(names) // len(PRIORITIES)]  # runs.normal.0
+    app.conf.broker_transport_options = {
+        "queue_order_strategy": "priority",
+        "visibility_timeout": settings.CELERY_BROKER_VISIBILITY_TIMEOUT,
+    }
+
+
+app.on_after_configure.connect(lambda **_: _configure_queues(), weak=False)
+app.autodiscover_tasks()

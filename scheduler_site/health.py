@@ -1,0 +1,43 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def check_database() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # any failure means not ready; say which
+        return f"database unreachable: {exc.__class__.__name__}: {str(exc).strip()[:200]}"
+    return None
+
+
+def check_redis() -> str | None:
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"redis unreachable: {exc.__class__.__name__}: {str(exc).strip()[:200]}"
+    finally:
+        client.close()
+    return None
+
+
+def readiness_problems() -> list[str]:
+    return [problem for problem in (check_database(), check_redis()) if problem]
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    problems = readiness_problems()
+    if problems:
+        return JsonResponse({"status": "unavailable", "problems": problems}, status=503)
+    return JsonResponse({"status": "ok"})

@@ -1,0 +1,166 @@
+"""Settings, all read from the environment (see the settings table in README.md).
+
+Development defaults are safe: with DEBUG off (the default) the process refuses to start
+with the development secret key, so a forgotten SECRET_KEY cannot reach production.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEV_SECRET_KEY = "dev-insecure-secret-key-do-not-use-in-production"
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", DEV_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "SECRET_KEY is the development key: set SECRET_KEY for production, or DEBUG=1 to develop"
+    )
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", ".localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+SHARED_APPS = [
+    "django_tenants",
+    "tenants",
+    "beat",
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "scheduler_site",
+]
+TENANT_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "jobs",
+    "runs",
+]
+INSTALLED_APPS = SHARED_APPS + [app for app in TENANT_APPS if app not in SHARED_APPS]
+
+TENANT_MODEL = "tenants.Tenant"
+TENANT_DOMAIN_MODEL = "tenants.Domain"
+PUBLIC_SCHEMA_URLCONF = "scheduler_site.urls_public"
+ROOT_URLCONF = "scheduler_site.urls_tenant"
+# Any host that is not a tenant's domain gets the public site: admin, API, health checks.
+SHOW_PUBLIC_IF_NO_TENANT_FOUND = True
+
+MIDDLEWARE = [
+    "django_tenants.middleware.main.TenantMainMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "scheduler_site.wsgi.application"
+
+DATABASE_URL = env_str("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/tickwork")
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+_db["ENGINE"] = "django_tenants.postgresql_backend"
+_db["CONN_HEALTH_CHECKS"] = True
+_db.setdefault("TEST", {})["NAME"] = env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")
+DATABASES = {"default": _db}
+DATABASE_ROUTERS = ("django_tenants.routers.TenantSyncRouter",)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".data" / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve static files straight from the app folders in development, so `collectstatic`
+# is only a production step.
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+    },
+}
+
+# --- the scheduler ------------------------------------------------------------------------
+SCHEDULER_MIN_INTERVAL_SECONDS = env_int("SCHEDULER_MIN_INTERVAL_SECONDS", 60, minimum=1)
+SCHEDULER_LOOKAHEAD_SECONDS = env_float("SCHEDULER_LOOKAHEAD_SECONDS", 30.0, minimum=1.0)
+SCHEDULER_LEASE_SECONDS = env_float("SCHEDULER_LEASE_SECONDS", 2.0, minimum=0.5)
+SCHEDULER_SHARD_COUNT = env_int("SCHEDULER_SHARD_COUNT", 4, minimum=1)
+SCHEDULER_CLOCK_SKEW_WARN_SECONDS = env_float("SCHEDULER_CLOCK_SKEW_WARN_SECONDS", 1.0)
+SCHEDULER_RELAY_INTERVAL_SECONDS = env_float("SCHEDULER_RELAY_INTERVAL_SECONDS", 10.0, minimum=1)
+SCHEDULER_MATERIALISE_BATCH = env_int("SCHEDULER_MATERIALISE_BATCH", 5000, minimum=1)
+SCHEDULER_MISFIRE_MAX_RUNS = env_int("SCHEDULER_MISFIRE_MAX_RUNS", 100, minimum=1)
+SCHEDULER_MISFIRE_MAX_AGE_SECONDS = env_int("SCHEDULER_MISFIRE_MAX_AGE_SECONDS", 86400, minimum=60)
+SCHEDULER_MAX_JOBS_PER_TENANT = env_int("SCHEDULER_MAX_JOBS_PER_TENANT", 100_000, minimum=1)
+SCHEDULER_REDIS_PREFIX = env_str("SCHEDULER_REDIS_PREFIX", "tw")
+
+# --- Celery ------------------------------------------------------------------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+SCHEDULER_VISIBILITY_TIMEOUT_SECONDS = env_int(
+    "SCHEDULER_VISIBILITY_TIMEOUT_SECONDS", 300, minimum=10
+)
+# The broker re-delivers an unacknowledged message after this long; it must exceed the
+# scheduler's own visibility timeout so that the reaper, not the broker, decides retries.
+CELERY_BROKER_VISIBILITY_TIMEOUT = SCHEDULER_VISIBILITY_TIMEOUT_SECONDS * 2

@@ -1,0 +1,14 @@
+"""URLs of a tenant's domain: the dashboard and health probes."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from . import health
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("", include("jobs.urls")),
+]

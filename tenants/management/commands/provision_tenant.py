@@ -1,0 +1,47 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from tenants.services import ProvisioningError, tenant_provision
+
+
+class Command(BaseCommand):
+    help = "Create a tenant: its schema, domain, an admin user and one API token (printed once)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("slug")
+        parser.add_argument("--domain", help="default: SLUG.localhost")
+        parser.add_argument("--name", help="display name (default: the slug)")
+        parser.add_argument("--admin-user", default="admin")
+        parser.add_argument("--admin-password", help="default: a random password, printed")
+        parser.add_argument("--weight", type=int, default=1, help="fair-share weight")
+        parser.add_argument("--max-concurrency", type=int, default=100)
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+    def handle(self, *args, **opts) -> None:
+        try:
+            result = tenant_provision(
+                slug=opts["slug"],
+                domain=opts["domain"],
+                name=opts["name"],
+                admin_user=opts["admin_user"],
+                admin_password=opts["admin_password"],
+                weight=opts["weight"],
+                max_concurrency=opts["max_concurrency"],
+            )
+        except ProvisioningError as exc:
+            raise CommandError(str(exc)) from None
+        info = {
+            "tenant": result.tenant.slug,
+            "schema": result.tenant.schema_name,
+            "domain": result.domain,
+            "admin_user": result.admin_user,
+            "admin_password": result.admin_password,
+            "token": result.token.plain,
+        }
+        if opts["json"]:
+            self.stdout.write(json.dumps(info))
+            return
+        for key, value in info.items():
+            self.stdout.write(f"{key:15} {value}")
+        self.stdout.write("The token is shown only this once; store it now.")

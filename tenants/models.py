@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django_tenants.models import DomainMixin, TenantMixin
+
+
+class Tenant(TenantMixin):
+    """A customer: one PostgreSQL schema holds its users, jobs and runs."""
+
+    slug = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=200)
+    weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    max_concurrency = models.PositiveIntegerField(default=100, validators=[MinValueValidator(1)])
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    auto_create_schema = True
+    auto_drop_schema = False
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Domain(DomainMixin):
+    def __str__(self) -> str:
+        return self.domain
+
+
+class ApiToken(models.Model):
+    """A tenant-scoped API token. Only a SHA-256 digest of the secret is stored.
+
+    Tokens are 256-bit random strings, so a fast digest is enough: a slow password hash
+    protects low-entropy secrets, and would cost a hash per API request for nothing.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
+    name = models.CharField(max_length=100, default="default")
+    prefix = models.CharField(max_length=16, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}:{self.prefix}…"

@@ -1,0 +1,95 @@
+"""Tenant provisioning: schema, domain, admin user and a first API token."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django_tenants.utils import schema_context
+
+from .models import Domain, Tenant
+from .tokens import IssuedToken, token_issue
+
+SLUG_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+DOMAIN_RE = re.compile(rf"^(?=.{{1,253}}$)({_LABEL}\.)*{_LABEL}$")
+
+
+class ProvisioningError(Exception):
+    """A provisioning request that cannot be carried out; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ProvisionedTenant:
+    tenant: Tenant
+    domain: str
+    admin_user: str
+    admin_password: str
+    token: IssuedToken
+
+
+def schema_name_for(slug: str) -> str:
+    # A prefix keeps tenant schemas apart from `public`, `pg_*` and `information_schema`.
+    return "t_" + slug.replace("-", "_")
+
+
+def default_domain_for(slug: str, base_domain: str = "localhost") -> str:
+    return f"{slug}.{base_domain}"
+
+
+def _validate(slug: str, domain: str, admin_user: str) -> None:
+    if not SLUG_RE.match(slug):
+        raise ProvisioningError(
+            f"invalid slug {slug!r}: use 2-40 lowercase letters, digits and hyphens, "
+            "starting with a letter"
+        )
+    if Tenant.objects.filter(slug=slug).exists():
+        raise ProvisioningError(f"tenant {slug!r} already exists")
+    if not DOMAIN_RE.match(domain):
+        raise ProvisioningError(f"invalid domain {domain!r}")
+    if Domain.objects.filter(domain=domain).exists():
+        raise ProvisioningError(f"domain {domain!r} already belongs to a tenant")
+    if not admin_user or len(admin_user) > 150:
+        raise ProvisioningError("admin user name must be 1-150 characters")
+
+
+def tenant_provision(
+    *,
+    slug: str,
+    domain: str | None = None,
+    name: str | None = None,
+    admin_user: str = "admin",
+    admin_password: str | None = None,
+    weight: int = 1,
+    max_concurrency: int = 100,
+) -> ProvisionedTenant:
+    domain = (domain or default_domain_for(slug)).lower()
+    _validate(slug, domain, admin_user)
+    if weight < 1 or max_concurrency < 1:
+        raise ProvisioningError("weight and max concurrency must be at least 1")
+    password = admin_password or secrets.token_urlsafe(12)
+    # Schema DDL is transactional in PostgreSQL: a failure anywhere leaves nothing behind.
+    with transaction.atomic():
+        tenant = Tenant.objects.create(
+            schema_name=schema_name_for(slug),
+            slug=slug,
+            name=name or slug,
+            weight=weight,
+            max_concurrency=max_concurrency,
+        )
+        Domain.objects.create(domain=domain, tenant=tenant, is_primary=True)
+        with schema_context(tenant.schema_name):
+            get_user_model().objects.create_user(
+                username=admin_user, password=password, is_staff=True, is_superuser=True
+            )
+        issued = token_issue(tenant=tenant, name="provisioning")
+    return ProvisionedTenant(
+        tenant=tenant,
+        domain=domain,
+        admin_user=admin_user,
+        admin_password=password,
+        token=issued,
+    )

@@ -1,0 +1,1 @@
+"""Execution targets: pure libraries called by the worker (no Django imports here)."""

@@ -89,6 +89,22 @@ def cmd_test(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-m", "pytest", *pytest_args], env=env, cwd=ROOT)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmarks run in their own database and Redis DB, never the development data."""
+    from .services import BENCH_DB_NAME, ensure_database, with_db_name, with_redis_db
+
+    resolved = resolve(data_dir=Path(args.data_dir).resolve())
+    ensure_database(with_db_name(resolved.database_url, "postgres"), BENCH_DB_NAME)
+    resolved.database_url = with_db_name(resolved.database_url, BENCH_DB_NAME)
+    resolved.redis_url = with_redis_db(resolved.redis_url, 14)
+    env = _base_env(resolved)
+    env.setdefault("SCHEDULER_MIN_INTERVAL_SECONDS", "1")
+    _say([f"[devstack] {note}" for note in resolved.notes])
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    bench_args = [a for a in args.rest if a != "--"]
+    return subprocess.call([sys.executable, "-m", "bench", *bench_args], env=env, cwd=ROOT)
+
+
 def cmd_smoke(args: argparse.Namespace) -> int:
     """Resolve services, migrate, provision the demo and check readiness, then stop."""
     data_dir = Path(args.data_dir).resolve()
@@ -128,10 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("run", help="start web, scheduler and worker with a demo tenant")
     test = sub.add_parser("test", help="run the test suite against real services")
     test.add_argument("rest", nargs=argparse.REMAINDER)
+    bench = sub.add_parser("bench", help="run the benchmarks (their own database)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("smoke", help="bootstrap once and check readiness, then exit")
     sub.add_parser("env", help="print the resolved DATABASE_URL and REDIS_URL")
     args = parser.parse_args(argv)
-    handlers = {"run": cmd_run, "test": cmd_test, "smoke": cmd_smoke, "env": cmd_env}
+    handlers = {
+        "run": cmd_run,
+        "test": cmd_test,
+        "bench": cmd_bench,
+        "smoke": cmd_smoke,
+        "env": cmd_env,
+    }
     try:
         return handlers[args.command](args)
     except subprocess.CalledProcessError as exc:

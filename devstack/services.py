@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DB_NAME = "tickwork"
+BENCH_DB_NAME = "tickwork_bench"
 
 
 @dataclass
@@ -64,7 +65,7 @@ def ensure_database(server_url: str, name: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def _with_db(url: str, name: str) -> str:
+def with_db_name(url: str, name: str) -> str:
     """`url` with its database name replaced (keeps a `?host=` socket query)."""
     head, sep, query = url.partition("?")
     base = head.rsplit("/", 1)[0]
@@ -142,12 +143,12 @@ def resolve_postgres(env: dict[str, str], data_dir: Path, resolved: Resolved) ->
     if tcp_answers(host, port) and _postgres_accepts(local):
         ensure_database(local, DEFAULT_DB_NAME)
         resolved.notes.append(f"PostgreSQL: the server on {host}:{port}")
-        return _with_db(local, DEFAULT_DB_NAME)
+        return with_db_name(local, DEFAULT_DB_NAME)
     server_url = _start_embedded_postgres(data_dir)
     ensure_database(server_url, DEFAULT_DB_NAME)
     resolved.notes.append(f"PostgreSQL: embedded (pgserver) in {data_dir / 'pg'}")
     resolved.embedded.append("postgresql")
-    return _with_db(server_url, DEFAULT_DB_NAME)
+    return with_db_name(server_url, DEFAULT_DB_NAME)
 
 
 def resolve_redis(env: dict[str, str], data_dir: Path, resolved: Resolved) -> str:
@@ -182,3 +183,9 @@ def resolve(env: dict[str, str] | None = None, data_dir: Path | None = None) -> 
     resolved.database_url = resolve_postgres(env, data_dir, resolved)
     resolved.redis_url = resolve_redis(env, data_dir, resolved)
     return resolved
+
+
+def with_redis_db(url: str, db: int) -> str:
+    head, sep, query = url.partition("?")
+    base = head.rsplit("/", 1)[0] if head.count("/") > 2 else head
+    return f"{base}/{db}{sep}{query}"

@@ -131,6 +131,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # A standby polls the lease several times a second; each miss is not news.
+        "redis_lock": {"level": "ERROR"},
     },
 }
 
@@ -164,3 +166,12 @@ SCHEDULER_VISIBILITY_TIMEOUT_SECONDS = env_int(
 # The broker re-delivers an unacknowledged message after this long; it must exceed the
 # scheduler's own visibility timeout so that the reaper, not the broker, decides retries.
 CELERY_BROKER_VISIBILITY_TIMEOUT = SCHEDULER_VISIBILITY_TIMEOUT_SECONDS * 2
+SCHEDULER_TASK_MODULES = env_list("SCHEDULER_TASK_MODULES", [])
+SCHEDULER_MAX_PAYLOAD_BYTES = env_int("SCHEDULER_MAX_PAYLOAD_BYTES", 65536, minimum=1024)
+SCHEDULER_MAX_HEADERS_BYTES = env_int("SCHEDULER_MAX_HEADERS_BYTES", 8192, minimum=256)
+SCHEDULER_HTTP_ALLOW_NETWORKS = env_list("SCHEDULER_HTTP_ALLOW_NETWORKS", [])
+SCHEDULER_MAX_BACKFILL_RUNS = env_int("SCHEDULER_MAX_BACKFILL_RUNS", 1000, minimum=1)
+SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
+    "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
+)

@@ -8,6 +8,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django_tenants.utils import schema_context
 
+from jobs.demo import ensure_demo_jobs
+
 from .models import Tenant
 from .services import tenant_provision
 from .tokens import token_authenticate, token_issue
@@ -53,13 +55,5 @@ def ensure_demo_tenant(state_file: Path) -> str:
                 get_user_model().objects.create_user(
                     username=DEMO["user"], password=DEMO["password"], is_staff=True
                 )
-    _ensure_demo_jobs(tenant)
-    return token
-
-
-def _ensure_demo_jobs(tenant: Tenant) -> None:
-    try:
-        from jobs.demo import ensure_demo_jobs
-    except ImportError:  # jobs arrive with the scheduling core
-        return
     ensure_demo_jobs(tenant)
+    return token

@@ -73,13 +73,14 @@ def tenant_provision(
     password = admin_password or secrets.token_urlsafe(12)
     # Schema DDL is transactional in PostgreSQL: a failure anywhere leaves nothing behind.
     with transaction.atomic():
-        tenant = Tenant.objects.create(
+        tenant = Tenant(
             schema_name=schema_name_for(slug),
             slug=slug,
             name=name or slug,
             weight=weight,
             max_concurrency=max_concurrency,
         )
+        tenant.save(verbosity=0)
         Domain.objects.create(domain=domain, tenant=tenant, is_primary=True)
         with schema_context(tenant.schema_name):
             get_user_model().objects.create_user(

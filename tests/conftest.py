@@ -4,12 +4,12 @@ database, and a clean Redis DB for every test that asks for one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
-from django.conf import settings
 
-from tenants.models import Tenant
-from tenants.services import tenant_provision
+if TYPE_CHECKING:
+    from tenants.models import Tenant
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class TenantWorld:
 
 
 def _provision(slug: str) -> TenantWorld:
+    from tenants.services import tenant_provision
+
     result = tenant_provision(
         slug=slug, admin_user=f"{slug}-admin", admin_password=f"{slug}-password"
     )
@@ -39,8 +41,25 @@ def _provision(slug: str) -> TenantWorld:
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):
+    """Always create the test database. pytest-django creates it only when a collected test
+    carries the django_db mark, and tests using the `live` fixture carry none: without this
+    they would run against the development database."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        teardown_databases(config, verbosity=0)
+
+
+@pytest.fixture(scope="session")
 def world(django_db_setup, django_db_blocker) -> dict[str, TenantWorld]:
     """Tenants alpha and beta, committed for the whole session."""
+    from django.db import connection
+
+    assert connection.settings_dict["NAME"].startswith("test_"), "not the test database"
     with django_db_blocker.unblock():
         return {slug: _provision(slug) for slug in ("alpha", "beta")}
 
@@ -58,6 +77,8 @@ def beta(world) -> TenantWorld:
 @pytest.fixture
 def redis_client():
     """The test Redis DB, emptied before and after the test."""
+    from django.conf import settings
+
     from scheduler_site.redis_client import get_redis
 
     client = get_redis()
@@ -67,3 +88,29 @@ def redis_client():
     client.flushdb()
     yield client
     client.flushdb()
+
+
+TENANT_DATA_TABLES = ("runs_attempt", "runs_run", "jobs_dependency", "jobs_auditevent", "jobs_job")
+
+
+def truncate_tenant_data(schemas: list[str]) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        tables = ", ".join(f'"{s}"."{t}"' for s in schemas for t in TENANT_DATA_TABLES)
+        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+        cursor.execute("DELETE FROM public.beat_schedulerlease")
+
+
+@pytest.fixture
+def live(world, django_db_blocker, redis_client):
+    """Real commits (for tests of code that commits, or of other processes), with the
+    tenants' data tables and the test Redis DB emptied before and after."""
+    schemas = [w.schema for w in world.values()]
+    with django_db_blocker.unblock():
+        truncate_tenant_data(schemas)
+        yield world
+        from django.db import connection
+
+        connection.set_schema_to_public()
+        truncate_tenant_data(schemas)

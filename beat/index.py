@@ -1,0 +1,73 @@
+"""The Redis time indexes. Two sorted sets, both rebuildable from PostgreSQL:
+
+- jobs: member `<tenant id>:<job id>`, score = the job's next_run_at. The leader reads
+  only the due head of it (ZRANGEBYSCORE, O(log n + due)), never the whole set.
+- runs: member `<tenant id>:<run id>`, score = due time, for runs admitted one by one
+  (manual triggers, retries, dependency runs) rather than materialised from a schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.conf import settings
+
+from .keys import index_built_key, index_key, wake_key
+
+
+def runs_index_key() -> str:
+    return f"{settings.SCHEDULER_REDIS_PREFIX}:runs"
+
+
+def member(tenant_id: int, object_id: object) -> str:
+    return f"{tenant_id}:{object_id}"
+
+
+def parse_member(raw: bytes | str) -> tuple[int, str]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    tenant, _, object_id = text.partition(":")
+    return int(tenant), object_id
+
+
+def put_jobs(pipe, entries: Iterable[tuple[int, int, datetime]]) -> None:
+    mapping = {member(t, j): when.timestamp() for t, j, when in entries}
+    if mapping:
+        pipe.zadd(index_key(), mapping)
+
+
+def remove_jobs(pipe, entries: Iterable[tuple[int, int]]) -> None:
+    members = [member(t, j) for t, j in entries]
+    if members:
+        pipe.zrem(index_key(), *members)
+
+
+def put_runs(pipe, entries: Iterable[tuple[int, object, datetime]]) -> None:
+    mapping = {member(t, r): when.timestamp() for t, r, when in entries}
+    if mapping:
+        pipe.zadd(runs_index_key(), mapping)
+
+
+def remove_runs(pipe, entries: Iterable[tuple[int, object]]) -> None:
+    members = [member(t, r) for t, r in entries]
+    if members:
+        pipe.zrem(runs_index_key(), *members)
+
+
+def due(client, key: str, horizon: float, limit: int) -> list[tuple[int, str, float]]:
+    rows = client.zrangebyscore(key, "-inf", horizon, start=0, num=limit, withscores=True)
+    return [(*parse_member(raw), score) for raw, score in rows]
+
+
+def earliest(client, key: str) -> float | None:
+    head = client.zrange(key, 0, 0, withscores=True)
+    return head[0][1] if head else None
+
+
+def is_built(client) -> bool:
+    return bool(client.exists(index_built_key()))
+
+
+def wake(client, *reasons: str) -> None:
+    """Wake the leader now (it sleeps until its next due instant otherwise)."""
+    client.lpush(wake_key(), *(reasons or ("index",)))

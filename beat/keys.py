@@ -1,0 +1,38 @@
+"""Names of the engine's Redis keys. All are rebuildable from PostgreSQL (invariant 6)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+
+def _key(*parts: str) -> str:
+    return ":".join([settings.SCHEDULER_REDIS_PREFIX, *parts])
+
+
+def index_key() -> str:
+    """Sorted set: member `<tenant id>:<job id>`, score = the job's next_run_at (epoch s)."""
+    return _key("index")
+
+
+def index_built_key() -> str:
+    """Present once the index holds every schedulable job; gone after a Redis flush."""
+    return _key("index", "built")
+
+
+def tenants_key() -> str:
+    """Hash: tenant id -> schema name."""
+    return _key("tenants")
+
+
+def leader_lock_name() -> str:
+    return _key("leader")  # python-redis-lock stores it under `lock:<name>`
+
+
+def leader_info_key() -> str:
+    """`hostname:pid` of the leading runscheduler, with the lease's expiry."""
+    return _key("leader", "info")
+
+
+def wake_key() -> str:
+    """List: services and workers push here to wake the leader early."""
+    return _key("wake")

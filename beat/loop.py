@@ -1,0 +1,162 @@
+"""The runscheduler process: a standby until it takes the lease, then the leader loop.
+
+Each leader iteration renews the lease first (so a wedged loop loses it), fires what is
+due, materialises what enters the lookahead window, and then sleeps until the next due
+instant, or until a service or worker wakes it through Redis. Any sign that it may no
+longer lead (lease renewal failed, a fenced transaction refused, Redis unreachable) makes
+it stop writing at once, say so, and go back to standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+from django.conf import settings
+from django.db import OperationalError, close_old_connections, connection
+
+from . import index
+from .clock import Clock
+from .engine import Engine, EngineConfig
+from .keys import wake_key
+from .lease import Lease, LeaseLost, process_identity
+from .rebuild import rebuild_index
+from .store import FencingError
+
+log = logging.getLogger("beat.loop")
+
+STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError)
+
+
+class SchedulerProcess:
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        lease_seconds: float | None = None,
+        holder: str | None = None,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.config = config or EngineConfig.from_settings()
+        self.holder = holder or process_identity()
+        lease_seconds = lease_seconds or settings.SCHEDULER_LEASE_SECONDS
+        self.lease = Lease(client, holder=self.holder, expire_seconds=int(lease_seconds))
+        # Renew well inside the lease; this also caps how long an idle leader sleeps.
+        self.max_sleep = self.lease.expire_seconds / 4
+        self.standby_poll = min(0.2, self.max_sleep)
+        self.engine: Engine | None = None
+        self.iterations = 0
+
+    # --- leadership ------------------------------------------------------------------------
+    def try_lead(self) -> bool:
+        if self.lease.held:
+            return True
+        if not self.lease.try_acquire():
+            return False
+        self.engine = Engine(
+            client=self.client,
+            clock=self.clock,
+            epoch=self.lease.epoch,
+            config=self.config,
+            origin=self.holder,
+        )
+        self.ensure_index()
+        self.engine.relay(force=True)
+        return True
+
+    def step_down(self, reason: str) -> None:
+        self.lease.step_down(reason)
+        self.engine = None  # what it held in memory is in PostgreSQL; the next leader relays
+        close_old_connections()
+
+    def ensure_index(self) -> None:
+        if not index.is_built(self.client):
+            log.warning("the time index is missing (Redis flushed?): rebuilding from PostgreSQL")
+            rebuild_index(self.client)
+            if self.engine is not None:
+                # The broker's messages went with the index: publish queued runs again
+                # (a duplicate delivery claims nothing, invariant 4).
+                self.engine.republish_queued()
+                self.engine.relay(force=True)
+
+    # --- one leader iteration ------------------------------------------------------------
+    def lead_once(self) -> float:
+        """Do everything due now; return how long to sleep (seconds)."""
+        engine = self.engine
+        self.lease.renew()
+        self.ensure_index()
+        engine.fire()
+        processed = engine.materialise()
+        engine.load_run_index()
+        engine.fire()
+        engine.relay()
+        self.iterations += 1
+        if processed >= self.config.materialise_batch:
+            return 0.0  # more due entries wait: go on after renewing
+        next_due = engine.next_due()
+        if next_due is None:
+            return self.max_sleep
+        return max(0.0, min(self.max_sleep, next_due - self.clock.now().timestamp()))
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until `seconds` pass or something wakes the leader."""
+        if seconds < 0.002:
+            return
+        popped = self.client.blpop([wake_key()], timeout=seconds)
+        if popped is None:
+            return
+        messages = [popped[1], *self._drain_wake()]
+        for raw in messages:
+            self._handle_wake(raw.decode())
+
+    def _drain_wake(self) -> list[bytes]:
+        pipe = self.client.pipeline()
+        pipe.lrange(wake_key(), 0, -1)
+        pipe.delete(wake_key())
+        return pipe.execute()[0]
+
+    def _handle_wake(self, message: str) -> None:
+        kind, _, rest = message.partition(":")
+        if kind == "release" and self.engine is not None:
+            tenant_id, _, job_id = rest.partition(":")
+            self.engine.release_held(int(tenant_id), int(job_id))
+
+    # --- the process -----------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        check_clock_skew(self.clock)
+        log.info("runscheduler %s started; waiting for the lease", self.holder)
+        while not stop.is_set():
+            try:
+                if not self.try_lead():
+                    stop.wait(self.standby_poll)
+                    continue
+                self.wait(self.lead_once())
+            except STEP_DOWN_ERRORS as exc:
+                self.step_down(f"{exc.__class__.__name__}: {exc}")
+                stop.wait(self.standby_poll)
+        if self.lease.held:
+            self.lease.release()
+            log.info("released the lease on shutdown")
+
+
+def check_clock_skew(clock: Clock) -> float:
+    """Warn when this host's clock and PostgreSQL's disagree: the leader's clock decides
+    due-ness, so a skewed leader fires early or late."""
+    with connection.cursor() as cursor:
+        before = time.time()
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())")
+        db_now = float(cursor.fetchone()[0])
+        after = time.time()
+    skew = clock.now().timestamp() - db_now - (after - before) / 2
+    if abs(skew) > settings.SCHEDULER_CLOCK_SKEW_WARN_SECONDS:
+        log.warning(
+            "clock skew: this host is %.3fs %s PostgreSQL",
+            abs(skew),
+            "ahead of" if skew > 0 else "behind",
+        )
+    return skew

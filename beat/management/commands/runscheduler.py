@@ -1,0 +1,18 @@
+import signal
+import threading
+
+from django.core.management.base import BaseCommand
+
+from beat.clock import SystemClock
+from beat.loop import SchedulerProcess
+from scheduler_site.redis_client import get_redis
+
+
+class Command(BaseCommand):
+    help = "Run a scheduler process: leader when it holds the lease, standby otherwise."
+
+    def handle(self, *args, **opts) -> None:
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        SchedulerProcess(client=get_redis(), clock=SystemClock()).run(stop)

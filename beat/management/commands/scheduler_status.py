@@ -1,0 +1,22 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from beat.clock import SystemClock
+from beat.status import scheduler_status
+from scheduler_site.redis_client import get_redis
+
+
+class Command(BaseCommand):
+    help = "Who leads, the lease epoch, the index size and how much due work is unfired."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts) -> None:
+        status = scheduler_status(get_redis(), SystemClock().now())
+        if opts["json"]:
+            self.stdout.write(json.dumps(status))
+            return
+        for key, value in status.items():
+            self.stdout.write(f"{key:28} {value if value is not None else '-'}")

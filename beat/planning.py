@@ -1,0 +1,134 @@
+"""Which runs a job gets when the leader materialises it: pure, no Django, no Redis.
+
+A job's `next_run_at` is its first slot not yet materialised. Planning walks the slots
+from there up to the horizon (now + lookahead) and decides each one's fate:
+
+- a slot not later than `grace` behind `now` is on time: a `scheduled` run, due at the
+  slot plus the job's deterministic jitter;
+- an older slot was missed (no leader, the job paused, the job re-enabled): the misfire
+  policy decides (`skip`: all skipped; `run_once`: the latest runs unless an on-time slot
+  already does; `run_all`: the latest `max_catchup_runs` run, older ones are skipped);
+- a slot the DST policy drops is a `skipped` run with reason `dst`.
+
+Every slot leaves a row, so a tenant can see why nothing ran at 02:30, except slots older
+than `max_age_seconds`, which are counted in `dropped` rather than written one by one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+from jobs.schedules import Schedule, Slot, jitter_seconds_for, next_slot
+from runs import states
+
+EPSILON = timedelta(microseconds=1)
+MAX_MISSED_RECORDS = 1000  # skipped rows written per job per pass, the most recent kept
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    scheduled_for: datetime
+    due_at: datetime
+    status: str  # scheduled | skipped
+    skip_reason: str = ""
+
+
+@dataclass(frozen=True)
+class MisfireRules:
+    policy: str  # run_once | run_all | skip
+    grace_seconds: int
+    max_catchup_runs: int
+    max_age_seconds: int
+
+
+@dataclass
+class JobPlan:
+    runs: list[PlannedRun] = field(default_factory=list)
+    next_run_at: datetime | None = None
+    dropped: int = 0  # missed slots beyond the per-pass record bound, not written
+    truncated_before: datetime | None = None  # slots before this were not even enumerated
+
+
+@lru_cache(maxsize=200_000)
+def cached_next_slot(schedule: Schedule, after: datetime) -> Slot:
+    """Many jobs share a schedule and a cursor (10,000 `* * * * *` jobs): compute once."""
+    return next_slot(schedule, after)
+
+
+def _slots_between(schedule: Schedule, start: datetime, horizon: datetime):
+    """Slots with start <= at <= horizon, then the first slot after the horizon."""
+    slot = cached_next_slot(schedule, start - EPSILON)
+    while slot.at <= horizon:
+        yield slot
+        slot = cached_next_slot(schedule, slot.at)
+    yield slot  # beyond the horizon: the job's next cursor
+
+
+def _skip_reason_for_missed(at: datetime, paused_window: tuple[datetime, datetime] | None) -> str:
+    if paused_window and paused_window[0] <= at < paused_window[1]:
+        return states.SKIP_PAUSED
+    return states.SKIP_MISFIRE
+
+
+def plan_job(
+    *,
+    schedule: Schedule,
+    next_run_at: datetime,
+    now: datetime,
+    horizon: datetime,
+    rules: MisfireRules,
+    seed: str,
+    jitter_seconds: int = 0,
+    paused_window: tuple[datetime, datetime] | None = None,
+) -> JobPlan:
+    plan = JobPlan()
+    oldest_kept = now - timedelta(seconds=rules.max_age_seconds)
+    start = next_run_at
+    if start < oldest_kept:
+        start = plan.truncated_before = oldest_kept
+    late_limit = now - timedelta(seconds=rules.grace_seconds)
+    missed: deque[Slot] = deque(maxlen=max(rules.max_catchup_runs, MAX_MISSED_RECORDS))
+    on_time: list[PlannedRun] = []
+    for slot in _slots_between(schedule, start, horizon):
+        if slot.at > horizon:
+            plan.next_run_at = slot.at
+            break
+        if slot.skip_reason:
+            on_time.append(PlannedRun(slot.at, slot.at, states.SKIPPED, slot.skip_reason))
+        elif slot.at < late_limit:
+            if len(missed) == missed.maxlen:
+                plan.dropped += 1
+            missed.append(slot)
+        else:
+            due = slot.at + timedelta(seconds=jitter_seconds_for(seed, slot.at, jitter_seconds))
+            on_time.append(PlannedRun(slot.at, due, states.SCHEDULED))
+    plan.runs = _decide_missed(list(missed), on_time, rules, now, paused_window) + on_time
+    return plan
+
+
+def _decide_missed(
+    missed: list[Slot],
+    on_time: list[PlannedRun],
+    rules: MisfireRules,
+    now: datetime,
+    paused_window: tuple[datetime, datetime] | None,
+) -> list[PlannedRun]:
+    if not missed:
+        return []
+    run_count = 0
+    if rules.policy == "run_all":
+        run_count = rules.max_catchup_runs
+    elif rules.policy == "run_once" and not any(r.status == states.SCHEDULED for r in on_time):
+        run_count = 1
+    decided = []
+    first_run = len(missed) - run_count
+    for position, slot in enumerate(missed):
+        if position >= first_run:
+            decided.append(PlannedRun(slot.at, now, states.SCHEDULED))
+        else:
+            reason = _skip_reason_for_missed(slot.at, paused_window)
+            decided.append(PlannedRun(slot.at, slot.at, states.SKIPPED, reason))
+    return decided

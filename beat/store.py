@@ -1,0 +1,258 @@
+"""The engine's SQL against tenant schemas: set-based statements, schema-qualified names.
+
+The leader works across every tenant schema, so it names tables as `"<schema>"."<table>"`
+instead of switching the connection's search_path, and it writes whole batches with
+`unnest` arrays: one statement per schema per step, never one per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from runs import states
+
+JOB_COLUMNS = (
+    "id",
+    "schedule_kind",
+    "cron_resolved",
+    "timezone",
+    "interval_seconds",
+    "anchor_at",
+    "hash_seed",
+    "jitter_seconds",
+    "dst_gap",
+    "dst_repeat",
+    "misfire_policy",
+    "misfire_grace_seconds",
+    "paused",
+    "paused_at",
+    "resumed_at",
+    "deleted_at",
+    "next_run_at",
+    "priority",
+    "concurrency_policy",
+    "max_concurrent_runs",
+)
+
+
+class FencingError(Exception):
+    """This process's lease epoch is no longer current: it must stop writing at once."""
+
+
+def table(schema: str, name: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def fence(cursor, epoch: int) -> None:
+    """Invariant 3: hold the lease row FOR SHARE while this transaction writes.
+
+    A new leader's epoch bump (an UPDATE of the same row) waits for this transaction,
+    and once it commits, this check fails for the old epoch.
+    """
+    cursor.execute(
+        "SELECT 1 FROM public.beat_schedulerlease WHERE id = 1 AND epoch = %s FOR SHARE",
+        [epoch],
+    )
+    if cursor.fetchone() is None:
+        raise FencingError(f"lease epoch {epoch} is no longer current")
+
+
+@dataclass
+class JobRow:
+    id: int
+    schedule_kind: str
+    cron_resolved: str
+    timezone: str
+    interval_seconds: int | None
+    anchor_at: datetime | None
+    hash_seed: str
+    jitter_seconds: int
+    dst_gap: str
+    dst_repeat: str
+    misfire_policy: str
+    misfire_grace_seconds: int
+    paused: bool
+    paused_at: datetime | None
+    resumed_at: datetime | None
+    deleted_at: datetime | None
+    next_run_at: datetime | None
+    priority: str
+    concurrency_policy: str
+    max_concurrent_runs: int
+
+    @property
+    def schedulable(self) -> bool:
+        return (
+            self.deleted_at is None
+            and not self.paused
+            and self.next_run_at is not None
+            and self.schedule_kind != "none"
+        )
+
+
+def lock_jobs(cursor, schema: str, job_ids: list[int]) -> list[JobRow]:
+    query = sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s) FOR UPDATE").format(
+        sql.SQL(", ").join(map(sql.Identifier, JOB_COLUMNS)), table(schema, "jobs_job")
+    )
+    cursor.execute(query, [job_ids])
+    return [JobRow(*row) for row in cursor.fetchall()]
+
+
+def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
+    """Insert (id, job_id, scheduled_for, due_at, status, skip_reason) rows for schedule
+    slots; ON CONFLICT DO NOTHING (invariant 1). Returns the ids actually inserted."""
+    if not rows:
+        return []
+    ids, job_ids, slots, dues, statuses, reasons = map(list, zip(*rows, strict=True))
+    query = sql.SQL(
+        """
+        INSERT INTO {runs} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason,
+                            attempt, worker, error, created_at, finished_at)
+        SELECT u.id, u.job_id, 'schedule', u.slot, u.due, u.status, u.reason, 1, '', '', now(),
+               CASE WHEN u.status = 'skipped' THEN now() END
+        FROM unnest(%s::uuid[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],
+                    %s::text[], %s::text[]) AS u(id, job_id, slot, due, status, reason)
+        ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
+        RETURNING id
+        """
+    ).format(runs=table(schema, "runs_run"))
+    cursor.execute(query, [ids, job_ids, slots, dues, statuses, reasons])
+    return [row[0] for row in cursor.fetchall()]
+
+
+def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]) -> None:
+    if not cursors:
+        return
+    job_ids, nexts = map(list, zip(*cursors, strict=True))
+    query = sql.SQL(
+        """
+        UPDATE {jobs} AS j SET next_run_at = u.next
+        FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, next) WHERE j.id = u.id
+        """
+    ).format(jobs=table(schema, "jobs_job"))
+    cursor.execute(query, [job_ids, nexts])
+
+
+@dataclass(frozen=True)
+class JobAdmissionRow:
+    id: int
+    policy: str
+    max_concurrent: int
+    paused: bool
+    deleted: bool
+    active: int
+
+
+def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, JobAdmissionRow]:
+    """Current policy, pause state and active-run count of the jobs with due runs."""
+    query = sql.SQL(
+        """
+        SELECT j.id, j.concurrency_policy, j.max_concurrent_runs, j.paused,
+               j.deleted_at IS NOT NULL,
+               CASE WHEN j.concurrency_policy = 'allow' THEN 0 ELSE
+                 (SELECT count(*) FROM {runs} r
+                  WHERE r.job_id = j.id AND r.status IN ('queued', 'running')) END
+        FROM {jobs} j WHERE j.id = ANY(%s)
+        """
+    ).format(jobs=table(schema, "jobs_job"), runs=table(schema, "runs_run"))
+    cursor.execute(query, [job_ids])
+    return {row[0]: JobAdmissionRow(*row) for row in cursor.fetchall()}
+
+
+def mark_queued(cursor, schema: str, run_ids: list, now: datetime) -> set:
+    """scheduled|retrying -> queued; returns the ids that moved (only those are published)."""
+    if not run_ids:
+        return set()
+    query = sql.SQL(
+        """
+        UPDATE {runs} SET status = 'queued', queued_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status IN ('scheduled', 'retrying') RETURNING id
+        """
+    ).format(runs=table(schema, "runs_run"))
+    cursor.execute(query, [now, run_ids])
+    return {row[0] for row in cursor.fetchall()}
+
+
+def mark_skipped(cursor, schema: str, run_ids: list, reason: str, now: datetime) -> int:
+    if not run_ids:
+        return 0
+    query = sql.SQL(
+        """
+        UPDATE {runs} SET status = 'skipped', skip_reason = %s, finished_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status IN ('scheduled', 'queued')
+        """
+    ).format(runs=table(schema, "runs_run"))
+    cursor.execute(query, [reason, now, run_ids])
+    return cursor.rowcount
+
+
+def cancel_runs(cursor, schema: str, run_ids: list, error: str, now: datetime) -> int:
+    if not run_ids:
+        return 0
+    query = sql.SQL(
+        """
+        UPDATE {runs} SET status = 'cancelled', error = %s, finished_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status = ANY(%s)
+        """
+    ).format(runs=table(schema, "runs_run"))
+    cursor.execute(query, [error, now, run_ids, list(states.sources_of(states.CANCELLED))])
+    return cursor.rowcount
+
+
+def cancel_active_runs_of_jobs(
+    cursor, schema: str, job_ids: list[int], error: str, now: datetime
+) -> int:
+    """`replace` policy: the jobs' queued and running runs are cancelled."""
+    if not job_ids:
+        return 0
+    query = sql.SQL(
+        """
+        UPDATE {runs} SET status = 'cancelled', error = %s, finished_at = %s
+        WHERE job_id = ANY(%s) AND status IN ('queued', 'running')
+        """
+    ).format(runs=table(schema, "runs_run"))
+    cursor.execute(query, [error, now, job_ids])
+    return cursor.rowcount
+
+
+@dataclass(frozen=True)
+class PendingRow:
+    run_id: Any
+    job_id: int
+    scheduled_for: datetime
+    due_at: datetime
+    attempt: int
+    priority: str
+    trigger: str
+
+
+def pending_runs(
+    cursor, schema: str, *, until: datetime, run_ids: list | None = None, limit: int = 10_000
+) -> list[PendingRow]:
+    """Runs waiting for admission (scheduled or retrying) due by `until`, oldest first."""
+    query = sql.SQL(
+        """
+        SELECT r.id, r.job_id, r.scheduled_for, r.due_at, r.attempt, j.priority, r.trigger
+        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
+        WHERE r.status IN ('scheduled', 'retrying') AND r.due_at <= %s
+          AND (%s::uuid[] IS NULL OR r.id = ANY(%s::uuid[]))
+        ORDER BY r.due_at LIMIT %s
+        """
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"))
+    cursor.execute(query, [until, run_ids, run_ids, limit])
+    return [PendingRow(*row) for row in cursor.fetchall()]
+
+
+def queued_runs(cursor, schema: str) -> list[PendingRow]:
+    query = sql.SQL(
+        """
+        SELECT r.id, r.job_id, r.scheduled_for, r.due_at, r.attempt, j.priority, r.trigger
+        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE r.status = 'queued'
+        """
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"))
+    cursor.execute(query)
+    return [PendingRow(*row) for row in cursor.fetchall()]

@@ -1,0 +1,49 @@
+"""`make bench [ARGS=...]`: the benchmarks, printing their figures (never asserting them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import django
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make bench ARGS=")
+    sub = parser.add_subparsers(dest="bench")
+    cost = sub.add_parser("leader-cost", help="iteration cost vs registered jobs")
+    cost.add_argument("--sizes", default="1000,100000,1000000")
+    cost.add_argument("--due", type=int, default=1000)
+    cost.add_argument("--tenants", type=int, default=10)
+    cost.add_argument("--repeats", type=int, default=5)
+    lag = sub.add_parser("fire-lag", help="publish lag for many jobs due together")
+    lag.add_argument("--count", type=int, default=10_000)
+    lag.add_argument("--spread", type=int, default=0, help="seconds the due instants span")
+    lag.add_argument("--tenants", type=int, default=10)
+    sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
+    django.setup()
+    from . import fire_lag, leader_cost
+
+    if args.bench == "leader-cost":
+        sizes = [int(s) for s in args.sizes.split(",")]
+        result = leader_cost.run(sizes, args.due, args.tenants, args.repeats)
+    elif args.bench == "fire-lag":
+        result = fire_lag.run(args.count, args.spread, args.tenants)
+    else:
+        result = {
+            "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
+            "fire_lag": fire_lag.run(2000, 0, tenant_count=4, lead_seconds=5, lookahead=10),
+        }
+    if args.json:
+        print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Leader iteration cost against the number of registered jobs, with the same number due.
+
+For each size the world grows (bulk COPY, never through the API), then `repeats` times:
+the same `due` jobs are made due at X, a fresh leader materialises them (the clock at
+X - 10 s) and fires them (the clock at X). Only the due work should cost anything.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+from django.db import connection
+from psycopg import sql
+
+from beat.clock import FakeClock
+from beat.engine import Engine, EngineConfig
+from beat.lease import bump_epoch
+from beat.store import table
+from scheduler_site.redis_client import get_redis
+
+from .world import bench_tenants, clear_runs, copy_jobs, drop_bench_data, index_jobs, job_count
+
+X = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _reset_due(client, tenants, per_tenant_due: int) -> None:
+    clear_runs(tenants)
+    for tenant in tenants:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.SQL("UPDATE {} SET next_run_at = %s WHERE name LIKE 'due-%%'").format(
+                    table(tenant.schema_name, "jobs_job")
+                ),
+                [X],
+            )
+        index_jobs(client, tenant, where="name LIKE 'due-%%'")
+    for key in client.scan_iter("runs.*"):
+        client.delete(key)
+
+
+def _grow(client, tenants, size: int) -> float:
+    started = time.perf_counter()
+    per_tenant = size // len(tenants)
+    for tenant in tenants:
+        missing = per_tenant - job_count(tenant)
+        if missing > 0:
+            far = X + timedelta(days=30)
+            copy_jobs(tenant, missing, far, spread_seconds=86400 * 300, name="idle")
+            index_jobs(client, tenant, where="name LIKE 'idle-%%' AND next_run_at > '2030-01-02'")
+    return time.perf_counter() - started
+
+
+def measure(size: int, tenants, due: int, repeats: int) -> dict:
+    client = get_redis()
+    materialise_ms, fire_ms = [], []
+    for _ in range(repeats):
+        _reset_due(client, tenants, due // len(tenants))
+        clock = FakeClock(X - timedelta(seconds=10))
+        engine = Engine(
+            client=client,
+            clock=clock,
+            epoch=bump_epoch("bench"),
+            config=EngineConfig(lookahead_seconds=30),
+            origin="bench",
+        )
+        started = time.perf_counter()
+        processed = engine.materialise()
+        materialise_ms.append((time.perf_counter() - started) * 1000)
+        clock.set(X)
+        started = time.perf_counter()
+        published = engine.fire().published
+        fire_ms.append((time.perf_counter() - started) * 1000)
+        assert processed == due and published == due, (processed, published)
+    return {
+        "registered": size,
+        "due": due,
+        "materialise_ms": statistics.median(materialise_ms),
+        "fire_ms": statistics.median(fire_ms),
+        "iteration_ms": statistics.median(
+            m + f for m, f in zip(materialise_ms, fire_ms, strict=True)
+        ),
+    }
+
+
+def run(
+    sizes: list[int], due: int = 1000, tenant_count: int = 10, repeats: int = 5, keep: bool = False
+) -> list[dict]:
+    client = get_redis()
+    tenants = bench_tenants(tenant_count)
+    if not keep:
+        drop_bench_data(client, tenants)
+    for tenant in tenants:
+        copy_jobs(tenant, due // tenant_count, X, name="due")
+    results = []
+    for size in sizes:
+        grow_seconds = _grow(client, tenants, size)
+        row = measure(size, tenants, due, repeats)
+        row["load_seconds"] = round(grow_seconds, 1)
+        results.append(row)
+        print(
+            f"registered {size:>10,}  due {due:,}  materialise {row['materialise_ms']:8.1f} ms"
+            f"  fire {row['fire_ms']:7.1f} ms  iteration {row['iteration_ms']:8.1f} ms"
+            f"  (load {grow_seconds:.1f}s)",
+            flush=True,
+        )
+    if len(results) > 1:
+        ratio = results[-1]["iteration_ms"] / results[0]["iteration_ms"]
+        print(f"cost ratio {sizes[-1]:,}/{sizes[0]:,} registered: {ratio:.2f}")
+    return results

@@ -1,0 +1,142 @@
+"""A tenant's jobs, their dependencies and the audit trail (all in the tenant's schema)."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.db.models import Q
+
+
+def new_hash_seed() -> str:
+    return secrets.token_hex(8)
+
+
+class Job(models.Model):
+    class ScheduleKind(models.TextChoices):
+        CRON = "cron"
+        INTERVAL = "interval"
+        NONE = "none"  # runs on demand or as a dependency only
+
+    class TargetType(models.TextChoices):
+        HTTP = "http"
+        TASK = "task"
+
+    class Priority(models.TextChoices):
+        HIGH = "high"
+        NORMAL = "normal"
+        LOW = "low"
+
+    class ConcurrencyPolicy(models.TextChoices):
+        ALLOW = "allow"
+        FORBID = "forbid"
+        QUEUE = "queue"
+        REPLACE = "replace"
+
+    class MisfirePolicy(models.TextChoices):
+        RUN_ONCE = "run_once"
+        RUN_ALL = "run_all"
+        SKIP = "skip"
+
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True, default="")
+
+    schedule_kind = models.CharField(max_length=8, choices=ScheduleKind.choices)
+    cron_expression = models.CharField(max_length=200, blank=True, default="")  # as written
+    cron_resolved = models.CharField(max_length=200, blank=True, default="")  # H resolved
+    timezone = models.CharField(max_length=64, default="UTC")
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    anchor_at = models.DateTimeField(null=True, blank=True)  # interval fire times: anchor + k*n
+    hash_seed = models.CharField(max_length=32, default=new_hash_seed)  # stable `H` and jitter
+    jitter_seconds = models.PositiveIntegerField(default=0)
+    dst_gap = models.CharField(max_length=8, default="shift")
+    dst_repeat = models.CharField(max_length=8, default="first")
+
+    target_type = models.CharField(max_length=8, choices=TargetType.choices)
+    target = models.JSONField(default=dict)  # http: url, method, headers; task: task
+    payload = models.JSONField(default=dict, blank=True)
+
+    max_attempts = models.PositiveIntegerField(default=3)
+    backoff_seconds = models.FloatField(default=10.0)
+    backoff_multiplier = models.FloatField(default=2.0)
+    backoff_max_seconds = models.FloatField(default=3600.0)
+    retry_jitter = models.BooleanField(default=True)
+    timeout_seconds = models.PositiveIntegerField(default=300)
+
+    priority = models.CharField(max_length=8, choices=Priority.choices, default="normal")
+    concurrency_policy = models.CharField(
+        max_length=8, choices=ConcurrencyPolicy.choices, default="allow"
+    )
+    max_concurrent_runs = models.PositiveIntegerField(default=1)
+    misfire_policy = models.CharField(
+        max_length=8, choices=MisfirePolicy.choices, default="run_once"
+    )
+    misfire_grace_seconds = models.PositiveIntegerField(default=60)
+
+    paused = models.BooleanField(default=False)
+    paused_reason = models.CharField(max_length=500, blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)  # slots in between: `paused`
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    # The next slot not yet materialised, UTC. The leader advances it; Redis mirrors it.
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"],
+                name="job_schedulable_idx",
+                condition=Q(deleted_at__isnull=True, paused=False, next_run_at__isnull=False),
+            ),
+            models.Index(fields=["updated_at"], name="job_updated_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def state(self) -> str:
+        if self.deleted_at is not None:
+            return "deleted"
+        return "paused" if self.paused else "active"
+
+
+class Dependency(models.Model):
+    """`downstream` runs after `upstream` succeeds. The graph stays acyclic."""
+
+    upstream = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="downstream_links")
+    downstream = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="upstream_links")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["upstream", "downstream"], name="dependency_unique"),
+            models.CheckConstraint(
+                condition=~Q(upstream=models.F("downstream")), name="dependency_not_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.upstream_id} -> {self.downstream_id}"
+
+
+class AuditEvent(models.Model):
+    """Who changed what: one row per create, update, pause, resume, trigger, delete, ..."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=32)
+    job = models.ForeignKey(Job, null=True, on_delete=models.SET_NULL, related_name="audit")
+    run_id = models.UUIDField(null=True, blank=True)
+    changes = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"

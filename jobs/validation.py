@@ -1,0 +1,378 @@
+"""Turn a job description (the API's JSON shape, also used by the dashboard and commands)
+into model field values, or a JobValidationError naming every bad field and why."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+
+from jobs.schedules import ScheduleError, interval_schedule, parse_cron
+from runs.registry import get_task, task_names
+from runs.targets.ssrf import RefusedDestination, check_url_syntax
+
+PRIORITIES = ("high", "normal", "low")
+CONCURRENCY = ("allow", "forbid", "queue", "replace")
+MISFIRE = ("run_once", "run_all", "skip")
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+RETRY_DEFAULTS = {
+    "max_attempts": 3,
+    "backoff_seconds": 10.0,
+    "backoff_multiplier": 2.0,
+    "backoff_max_seconds": 3600.0,
+    "jitter": True,
+}
+SCHEDULE_FIELDS = (
+    "schedule_kind",
+    "cron_expression",
+    "cron_resolved",
+    "timezone",
+    "interval_seconds",
+    "anchor_at",
+    "dst_gap",
+    "dst_repeat",
+)
+
+
+class JobValidationError(Exception):
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {', '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class Errors:
+    def __init__(self) -> None:
+        self.items: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.items.setdefault(field, []).append(message)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise JobValidationError(self.items)
+
+
+def _int(errors: Errors, field: str, value: Any, lo: int, hi: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        errors.add(field, "must be a whole number")
+        return None
+    if not lo <= value <= hi:
+        errors.add(field, f"must be between {lo} and {hi}")
+        return None
+    return int(value)
+
+
+def _number(errors: Errors, field: str, value: Any, lo: float, hi: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors.add(field, "must be a number")
+        return None
+    if not lo <= value <= hi:
+        errors.add(field, f"must be between {lo:g} and {hi:g}")
+        return None
+    return float(value)
+
+
+def _choice(errors: Errors, field: str, value: Any, choices: tuple[str, ...]) -> str | None:
+    if value not in choices:
+        errors.add(field, f"must be one of {', '.join(choices)}")
+        return None
+    return value
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def validate_schedule(
+    errors: Errors, schedule: Any, *, seed: str, dst_gap: str, dst_repeat: str, now: datetime
+) -> dict:
+    if schedule is None:
+        return {
+            "schedule_kind": "none",
+            "cron_expression": "",
+            "cron_resolved": "",
+            "interval_seconds": None,
+            "anchor_at": None,
+        }
+    if not isinstance(schedule, dict):
+        errors.add("schedule", "must be an object with `cron` or `interval_seconds`, or null")
+        return {}
+    has_cron, has_interval = "cron" in schedule, "interval_seconds" in schedule
+    if has_cron == has_interval:
+        errors.add("schedule", "give exactly one of `cron` or `interval_seconds`")
+        return {}
+    if has_cron:
+        return _validate_cron(errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat)
+    return _validate_interval(errors, schedule, now=now)
+
+
+def _validate_cron(
+    errors: Errors, schedule: dict, *, seed: str, dst_gap: str, dst_repeat: str
+) -> dict:
+    expression, zone = schedule.get("cron"), schedule.get("timezone", "UTC")
+    if not isinstance(expression, str) or not isinstance(zone, str):
+        errors.add("schedule.cron", "cron and timezone must be strings")
+        return {}
+    try:
+        parsed = parse_cron(
+            expression, timezone=zone, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat
+        )
+    except ScheduleError as exc:
+        where = "schedule.timezone" if exc.field == "timezone" else "schedule.cron"
+        if exc.field in ("dst_gap", "dst_repeat"):
+            where = exc.field
+        errors.add(where, str(exc))
+        return {}
+    return {
+        "schedule_kind": "cron",
+        "cron_expression": expression.strip(),
+        "cron_resolved": parsed.expression,
+        "timezone": zone,
+        "interval_seconds": None,
+        "anchor_at": None,
+    }
+
+
+def _validate_interval(errors: Errors, schedule: dict, *, now: datetime) -> dict:
+    seconds = schedule.get("interval_seconds")
+    anchor = now.replace(microsecond=0)
+    if schedule.get("start_at") is not None:
+        parsed = parse_datetime(str(schedule["start_at"]))
+        if parsed is None or parsed.tzinfo is None:
+            errors.add("schedule.start_at", "must be an ISO 8601 instant with an offset")
+            return {}
+        anchor = parsed.astimezone(UTC)
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        errors.add("schedule.interval_seconds", "must be a whole number of seconds")
+        return {}
+    try:
+        interval_schedule(
+            seconds, anchor=anchor, minimum_seconds=settings.SCHEDULER_MIN_INTERVAL_SECONDS
+        )
+    except ScheduleError as exc:
+        errors.add("schedule.interval_seconds", str(exc))
+        return {}
+    return {
+        "schedule_kind": "interval",
+        "cron_expression": "",
+        "cron_resolved": "",
+        "interval_seconds": seconds,
+        "anchor_at": anchor,
+    }
+
+
+def validate_target(errors: Errors, target: Any) -> dict:
+    if not isinstance(target, dict) or target.get("type") not in ("http", "task"):
+        errors.add("target.type", "must be `http` or `task`")
+        return {}
+    if target["type"] == "task":
+        name = target.get("task")
+        if not isinstance(name, str) or get_task(name) is None:
+            errors.add("target.task", f"unknown task {name!r}; known: {', '.join(task_names())}")
+            return {}
+        return {"target_type": "task", "target": {"task": name}}
+    return _validate_http_target(errors, target)
+
+
+def _validate_http_target(errors: Errors, target: dict) -> dict:
+    url, method = target.get("url"), str(target.get("method", "POST")).upper()
+    headers = target.get("headers") or {}
+    if not isinstance(url, str) or len(url) > 2048:
+        errors.add("target.url", "must be a URL of at most 2048 characters")
+    else:
+        try:
+            check_url_syntax(url)
+        except RefusedDestination as exc:
+            errors.add("target.url", str(exc))
+    _choice(errors, "target.method", method, HTTP_METHODS)
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        errors.add("target.headers", "must be an object of string values")
+    elif _json_size(headers) > settings.SCHEDULER_MAX_HEADERS_BYTES:
+        errors.add("target.headers", f"larger than {settings.SCHEDULER_MAX_HEADERS_BYTES} bytes")
+    elif any("\n" in k + v or "\r" in k + v for k, v in headers.items()):
+        errors.add("target.headers", "names and values must not contain line breaks")
+    return {"target_type": "http", "target": {"url": url, "method": method, "headers": headers}}
+
+
+def validate_retry(errors: Errors, retry: Any, current: dict) -> dict:
+    if not isinstance(retry, dict):
+        errors.add("retry", "must be an object")
+        return {}
+    unknown = set(retry) - set(RETRY_DEFAULTS)
+    if unknown:
+        errors.add("retry", f"unknown keys: {', '.join(sorted(unknown))}")
+    merged = {**current, **retry}
+    out = {
+        "max_attempts": _int(errors, "retry.max_attempts", merged["max_attempts"], 1, 100),
+        "backoff_seconds": _number(
+            errors, "retry.backoff_seconds", merged["backoff_seconds"], 0, 86400
+        ),
+        "backoff_multiplier": _number(
+            errors, "retry.backoff_multiplier", merged["backoff_multiplier"], 1, 100
+        ),
+        "backoff_max_seconds": _number(
+            errors, "retry.backoff_max_seconds", merged["backoff_max_seconds"], 0, 7 * 86400
+        ),
+    }
+    if not isinstance(merged["jitter"], bool):
+        errors.add("retry.jitter", "must be true or false")
+    out["retry_jitter"] = merged["jitter"]
+    return out
+
+
+def validate_payload(errors: Errors, payload: Any, field: str = "payload") -> dict | None:
+    if not isinstance(payload, dict):
+        errors.add(field, "must be a JSON object")
+        return None
+    if _json_size(payload) > settings.SCHEDULER_MAX_PAYLOAD_BYTES:
+        errors.add(field, f"larger than {settings.SCHEDULER_MAX_PAYLOAD_BYTES} bytes")
+        return None
+    return payload
+
+
+def parse_instant(errors: Errors, field: str, value: Any) -> datetime | None:
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None or parsed.tzinfo is None:
+        errors.add(field, "must be an ISO 8601 instant with an offset, e.g. 2026-01-31T09:00Z")
+        return None
+    return parsed.astimezone(UTC)
+
+
+SIMPLE_FIELDS = {
+    "timeout_seconds": ("int", 1, 86400),
+    "max_concurrent_runs": ("int", 1, 1000),
+    "misfire_grace_seconds": ("int", 0, 7 * 86400),
+    "jitter_seconds": ("int", 0, 3600),
+    "priority": ("choice", PRIORITIES),
+    "concurrency_policy": ("choice", CONCURRENCY),
+    "misfire_policy": ("choice", MISFIRE),
+    "dst_gap": ("choice", ("shift", "skip")),
+    "dst_repeat": ("choice", ("first", "last", "both")),
+}
+KNOWN_KEYS = {
+    "name",
+    "description",
+    "schedule",
+    "target",
+    "payload",
+    "retry",
+    "depends_on",
+    *SIMPLE_FIELDS,
+}
+
+
+class CleanJob:
+    def __init__(self, fields: dict, depends_on: list[int] | None) -> None:
+        self.fields = fields
+        self.depends_on = depends_on
+
+
+def _existing_schedule(job) -> dict | None:
+    if job.schedule_kind == "cron":
+        return {"cron": job.cron_expression, "timezone": job.timezone}
+    if job.schedule_kind == "interval":
+        return {"interval_seconds": job.interval_seconds, "start_at": job.anchor_at.isoformat()}
+    return None
+
+
+def _existing_retry(job) -> dict:
+    if job is None:
+        return dict(RETRY_DEFAULTS)
+    return {
+        "max_attempts": job.max_attempts,
+        "backoff_seconds": job.backoff_seconds,
+        "backoff_multiplier": job.backoff_multiplier,
+        "backoff_max_seconds": job.backoff_max_seconds,
+        "jitter": job.retry_jitter,
+    }
+
+
+def _simple(errors: Errors, data: dict, fields: dict) -> None:
+    for name, rule in SIMPLE_FIELDS.items():
+        if name not in data:
+            continue
+        if rule[0] == "int":
+            value = _int(errors, name, data[name], rule[1], rule[2])
+        else:
+            value = _choice(errors, name, data[name], rule[1])
+        if value is not None:
+            fields[name] = value
+
+
+def _name_and_description(errors: Errors, data: dict, fields: dict, creating: bool) -> None:
+    if "name" in data or creating:
+        name = data.get("name")
+        if not isinstance(name, str) or not name.strip():
+            errors.add("name", "is required")
+        elif len(name) > 200:
+            errors.add("name", "must be at most 200 characters")
+        else:
+            fields["name"] = name.strip()
+    if "description" in data:
+        if not isinstance(data["description"], str) or len(data["description"]) > 5000:
+            errors.add("description", "must be a string of at most 5000 characters")
+        else:
+            fields["description"] = data["description"]
+
+
+def _depends_on(errors: Errors, data: dict) -> list[int] | None:
+    if "depends_on" not in data:
+        return None
+    ids = data["depends_on"]
+    if not isinstance(ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in ids
+    ):
+        errors.add("depends_on", "must be a list of job ids")
+        return None
+    return sorted(set(ids))
+
+
+def clean_job_input(data: Any, *, existing=None, seed: str, now: datetime) -> CleanJob:
+    if not isinstance(data, dict):
+        raise JobValidationError({"non_field_errors": ["expected a JSON object"]})
+    errors, fields, creating = Errors(), {}, existing is None
+    for key in sorted(set(data) - KNOWN_KEYS):
+        errors.add(key, "unknown field")
+    if creating:
+        for key in ("target",):
+            if key not in data:
+                errors.add(key, "is required")
+        if "schedule" not in data and "depends_on" not in data:
+            errors.add(
+                "schedule",
+                "is required (use null for a job run on demand or by "
+                "dependencies, or give depends_on)",
+            )
+    _name_and_description(errors, data, fields, creating)
+    _simple(errors, data, fields)
+    dst_gap = fields.get("dst_gap", getattr(existing, "dst_gap", "shift"))
+    dst_repeat = fields.get("dst_repeat", getattr(existing, "dst_repeat", "first"))
+    schedule_touched = "schedule" in data or "dst_gap" in fields or "dst_repeat" in fields
+    if schedule_touched:
+        schedule = data["schedule"] if "schedule" in data else _existing_schedule(existing)
+        if "schedule" in data or (existing and existing.schedule_kind == "cron"):
+            fields.update(
+                validate_schedule(
+                    errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
+                )
+            )
+    if "target" in data:
+        fields.update(validate_target(errors, data["target"]))
+    if "payload" in data:
+        payload = validate_payload(errors, data["payload"])
+        if payload is not None:
+            fields["payload"] = payload
+    if "retry" in data:
+        fields.update(validate_retry(errors, data["retry"], _existing_retry(existing)))
+    depends_on = _depends_on(errors, data)
+    interval = fields.get("interval_seconds", getattr(existing, "interval_seconds", None))
+    jitter = fields.get("jitter_seconds", getattr(existing, "jitter_seconds", 0))
+    if interval and jitter and jitter >= interval:
+        errors.add("jitter_seconds", "must be shorter than the interval")
+    errors.raise_if_any()
+    return CleanJob(fields, depends_on)

@@ -1,0 +1,258 @@
+"""What a worker does with one run message: claim, execute, record. Called by the thin
+Celery task in runs.tasks; takes the schema, ids and clock as arguments.
+
+Claim and finish are conditional UPDATEs (status and attempt must match), so a duplicate
+delivery claims nothing and a late finish cannot overwrite a run that moved on
+(cancelled, reaped): invariant 4.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from psycopg import sql
+
+from beat.clock import Clock
+from beat.store import table
+
+from . import states
+from .heartbeat import Heartbeats
+from .notify import enqueue_retry_on_commit, notify_finished
+from .registry import RunContext, get_task
+from .retry import RetryPolicy, retry_delay, should_retry
+from .targets.http_target import call_http_target, scheduler_headers
+
+log = logging.getLogger("runs.execution")
+OUTPUT_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Claimed:
+    schema: str
+    run_id: Any
+    job_id: int
+    attempt: int
+    scheduled_for: datetime
+    payload: dict
+    target_type: str
+    target: dict
+    timeout_seconds: int
+    retry: RetryPolicy
+    job_deleted: bool
+    concurrency_policy: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    error: str = ""
+    output: str = ""
+    permanent: bool = False  # retrying cannot help (target cannot be prepared)
+
+
+CLAIM_SQL = """
+WITH claimed AS (
+    UPDATE {runs} SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s,
+                      worker = %(worker)s, error = ''
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN ('scheduled', 'queued')
+    RETURNING id, job_id, attempt, scheduled_for, payload_override
+), attempt AS (
+    INSERT INTO {attempts} (run_id, number, outcome, worker, started_at, error, output)
+    SELECT id, attempt, 'running', %(worker)s, %(now)s, '', '' FROM claimed
+    ON CONFLICT (run_id, number) DO NOTHING
+)
+SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payload),
+       j.target_type, j.target, j.timeout_seconds, j.max_attempts, j.backoff_seconds,
+       j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter, j.deleted_at IS NOT NULL,
+       j.concurrency_policy
+FROM claimed c JOIN {jobs} j ON j.id = c.job_id
+"""
+
+
+def claim_run(
+    *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
+) -> Claimed | None:
+    query = sql.SQL(CLAIM_SQL).format(
+        runs=table(schema, "runs_run"),
+        attempts=table(schema, "runs_attempt"),
+        jobs=table(schema, "jobs_job"),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query, {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    payload, target = _json(row[3]) or {}, _json(row[5]) or {}
+    return Claimed(
+        schema,
+        run_id,
+        row[0],
+        row[1],
+        row[2],
+        payload,
+        row[4],
+        target,
+        row[6],
+        RetryPolicy(*row[7:12]),
+        row[12],
+        row[13],
+    )
+
+
+def _json(value: Any) -> Any:
+    # Django registers no jsonb loader on its connections: raw queries return the text.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+FINISH_SQL = """
+WITH finished AS (
+    UPDATE {runs} SET status = %(status)s, finished_at = %(finished)s, error = %(error)s,
+                      attempt = %(next_attempt)s, due_at = coalesce(%(due)s, due_at),
+                      heartbeat_at = NULL
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status = 'running'
+    RETURNING id
+)
+UPDATE {attempts} SET outcome = %(outcome)s, finished_at = %(now)s, error = %(error)s,
+                      output = %(output)s
+WHERE run_id IN (SELECT id FROM finished) AND number = %(attempt)s
+RETURNING run_id
+"""
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: str
+    next_attempt: int
+    due_at: datetime | None
+
+
+def decide(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision:
+    if outcome.ok:
+        return Decision(states.SUCCEEDED, claimed.attempt, None)
+    if (
+        not outcome.permanent
+        and not claimed.job_deleted
+        and should_retry(claimed.retry, claimed.attempt)
+    ):
+        delay = retry_delay(claimed.retry, claimed.attempt)
+        return Decision(states.RETRYING, claimed.attempt + 1, now + timedelta(seconds=delay))
+    return Decision(states.DEAD, claimed.attempt, None)
+
+
+def finish_run(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision | None:
+    """Record the attempt and the run's next status; None if the run moved on meanwhile
+    (cancelled, or reaped as lost): then this late result changes nothing."""
+    decision = decide(claimed, outcome, now)
+    query = sql.SQL(FINISH_SQL).format(
+        runs=table(claimed.schema, "runs_run"), attempts=table(claimed.schema, "runs_attempt")
+    )
+    params = {
+        "status": decision.status,
+        "next_attempt": decision.next_attempt,
+        "due": decision.due_at,
+        "finished": now if decision.status != states.RETRYING else None,
+        "error": outcome.error[:OUTPUT_LIMIT],
+        "run_id": claimed.run_id,
+        "attempt": claimed.attempt,
+        "now": now,
+        "output": outcome.output[:OUTPUT_LIMIT],
+        "outcome": "succeeded" if outcome.ok else "failed",
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(query, params)
+        if cursor.fetchone() is None:
+            return None
+        if decision.status == states.RETRYING:
+            enqueue_retry_on_commit(claimed.schema, claimed.run_id, decision.due_at)
+    return decision
+
+
+def execute_task_target(claimed: Claimed, context: RunContext) -> Outcome:
+    func = get_task(claimed.target.get("task", ""))
+    if func is None:
+        return Outcome(False, f"unknown task {claimed.target.get('task')!r}", permanent=True)
+    try:
+        result = func(claimed.payload, context)
+    except Exception as exc:
+        return Outcome(
+            False, f"{exc.__class__.__name__}: {exc}", traceback.format_exc()[-OUTPUT_LIMIT:]
+        )
+    return Outcome(True, output=repr(result)[:OUTPUT_LIMIT])
+
+
+def execute_http_target(claimed: Claimed, context: RunContext) -> Outcome:
+    headers = scheduler_headers(
+        run_id=str(claimed.run_id),
+        job_id=claimed.job_id,
+        scheduled_for=claimed.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        attempt=claimed.attempt,
+    )
+    result = call_http_target(
+        target=claimed.target,
+        payload=claimed.payload,
+        timeout_seconds=claimed.timeout_seconds,
+        headers=headers,
+    )
+    if result.ok:
+        return Outcome(True, output=result.body_excerpt)
+    # A refused destination is a configuration problem: retrying cannot help.
+    return Outcome(
+        False, result.error or "HTTP call failed", result.body_excerpt, permanent=result.refused
+    )
+
+
+def execute_target(claimed: Claimed, context: RunContext) -> Outcome:
+    if claimed.job_deleted:
+        return Outcome(False, "job deleted", permanent=True)
+    if claimed.target_type == "task":
+        return execute_task_target(claimed, context)
+    if claimed.target_type == "http":
+        return execute_http_target(claimed, context)
+    return Outcome(False, f"unsupported target type {claimed.target_type!r}", permanent=True)
+
+
+def run_execute(
+    *,
+    schema: str,
+    run_id: str,
+    attempt: int,
+    worker: str,
+    clock: Clock,
+    heartbeats: Heartbeats | None = None,
+) -> str:
+    """Execute one delivery of a run message; returns what happened (for logs and tests)."""
+    claimed = claim_run(
+        schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
+    )
+    if claimed is None:
+        log.info("run %s attempt %s: nothing to claim (duplicate or moved on)", run_id, attempt)
+        return "duplicate"
+    stop = heartbeats.track(schema, run_id) if heartbeats else threading.Event()
+    context = RunContext(
+        run_id=str(run_id),
+        job_id=claimed.job_id,
+        tenant_schema=schema,
+        attempt=claimed.attempt,
+        scheduled_for=claimed.scheduled_for,
+        should_stop=stop.is_set,
+    )
+    try:
+        outcome = execute_target(claimed, context)
+    except Exception as exc:  # a bug of ours (or a time limit) must still end the attempt
+        log.exception("run %s: %s", run_id, exc.__class__.__name__)
+        outcome = Outcome(False, f"{exc.__class__.__name__}: {exc}")
+    finally:
+        if heartbeats:
+            heartbeats.untrack(schema, run_id)
+    decision = finish_run(claimed, outcome, clock.now())
+    if decision is None:
+        return "superseded"
+    notify_finished(claimed)
+    return decision.status

@@ -1,0 +1,41 @@
+"""Tell the leader about runs that need it: retries waiting in the runs index, and jobs
+whose held (`queue` policy) runs may now go."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from beat import index
+from scheduler_site.redis_client import get_redis
+
+_TENANT_IDS: dict[str, int] = {}
+
+
+def tenant_id_for(schema: str) -> int:
+    if schema not in _TENANT_IDS:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM public.tenants_tenant WHERE schema_name = %s", [schema])
+            _TENANT_IDS[schema] = cursor.fetchone()[0]
+    return _TENANT_IDS[schema]
+
+
+def enqueue_retry_on_commit(schema: str, run_id: Any, due_at: datetime) -> None:
+    tenant_id = tenant_id_for(schema)
+
+    def push() -> None:
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
+        index.put_runs(pipe, [(tenant_id, run_id, due_at)])
+        pipe.execute()
+        index.wake(client, "run")
+
+    transaction.on_commit(push)
+
+
+def notify_finished(claimed) -> None:
+    if claimed.concurrency_policy == "queue":
+        tenant_id = tenant_id_for(claimed.schema)
+        index.wake(get_redis(), f"release:{tenant_id}:{claimed.job_id}")

@@ -1,0 +1,170 @@
+"""Run actions for the API, the dashboard and commands: cancel, replay (single and bulk from
+the DLQ), backfill. Each runs in the current tenant schema and writes an audit record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from beat.clock import Clock
+from jobs.models import AuditEvent, Job
+from jobs.schedule_fields import schedule_from_fields
+from jobs.schedules import iter_slots
+from jobs.services import Actor, JobNotFound, enqueue_runs_on_commit
+from tenants.models import Tenant
+
+from . import states
+from .models import Run
+
+
+class RunNotFound(Exception):
+    pass
+
+
+class RunStateError(Exception):
+    """The run's status does not allow the action; the message says why."""
+
+
+class BackfillError(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+CANCELLABLE = (states.SCHEDULED, states.QUEUED, states.RETRYING, states.RUNNING)
+REPLAYABLE = (states.FAILED, states.DEAD)
+
+
+def _audit(actor: Actor, action: str, run: Run, changes: dict | None = None) -> None:
+    AuditEvent.objects.create(
+        actor=actor.label, action=action, job_id=run.job_id, run_id=run.id, changes=changes or {}
+    )
+
+
+def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Run:
+    """A pending run is cancelled at once; a running one is marked cancelled and its worker
+    stops at its next heartbeat (best effort: a task that ignores the signal runs on, but
+    its result no longer changes the run)."""
+    now = clock.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.status not in CANCELLABLE:
+            raise RunStateError(f"a {run.status} run cannot be cancelled")
+        previous = run.status
+        run.status, run.finished_at = states.CANCELLED, now
+        run.error = f"cancelled by {actor.label}"
+        run.save(update_fields=["status", "finished_at", "error"])
+        if previous == states.RUNNING:
+            run.attempts.filter(number=run.attempt, outcome="running").update(
+                outcome="cancelled", finished_at=now, error=run.error
+            )
+        _audit(actor, "cancel", run, {"from": previous})
+    return run
+
+
+def _replay_one(tenant: Tenant, actor: Actor, run: Run, now: datetime) -> None:
+    """A new attempt: the run waits for the leader's admission like a retry does."""
+    previous = run.status
+    run.status, run.attempt, run.due_at = states.RETRYING, run.attempt + 1, now
+    run.error, run.finished_at = "", None
+    run.save(update_fields=["status", "attempt", "due_at", "error", "finished_at"])
+    _audit(actor, "replay", run, {"from": previous, "attempt": run.attempt})
+    enqueue_runs_on_commit(tenant, [run])
+
+
+def run_replay(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Run:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.status not in REPLAYABLE:
+            raise RunStateError(
+                f"only failed or dead runs can be replayed; this one is {run.status}"
+            )
+        if Job.objects.filter(id=run.job_id, deleted_at__isnull=False).exists():
+            raise RunStateError("its job was deleted")
+        _replay_one(tenant, actor, run, clock.now())
+    return run
+
+
+@dataclass
+class BulkReplay:
+    replayed: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    not_replayable: dict[str, str] = field(default_factory=dict)
+
+
+def dlq_replay(*, tenant: Tenant, actor: Actor, run_ids: list[Any], clock: Clock) -> BulkReplay:
+    result = BulkReplay()
+    now = clock.now()
+    with transaction.atomic():
+        runs = {str(r.id): r for r in Run.objects.select_for_update().filter(id__in=run_ids)}
+        deleted_jobs = set(
+            Job.objects.filter(deleted_at__isnull=False).values_list("id", flat=True)
+        )
+        for run_id in map(str, run_ids):
+            run = runs.get(run_id)
+            if run is None:
+                result.not_found.append(run_id)
+            elif run.status != states.DEAD:
+                result.not_replayable[run_id] = f"status is {run.status}, not dead"
+            elif run.job_id in deleted_jobs:
+                result.not_replayable[run_id] = "its job was deleted"
+            else:
+                _replay_one(tenant, actor, run, now)
+                result.replayed.append(run_id)
+    return result
+
+
+def job_backfill(
+    *, tenant: Tenant, actor: Actor, job_id: int, start: datetime, end: datetime, clock: Clock
+) -> list[Run]:
+    """One run (trigger `backfill`) for every scheduled instant in [start, end]."""
+    limit = settings.SCHEDULER_MAX_BACKFILL_RUNS
+    job = Job.objects.filter(id=job_id, deleted_at__isnull=True).first()
+    if job is None:
+        raise JobNotFound(job_id)
+    if end < start:
+        raise BackfillError("end", "must not be before start")
+    schedule = schedule_from_fields(
+        kind=job.schedule_kind,
+        cron_resolved=job.cron_resolved,
+        timezone=job.timezone,
+        interval_seconds=job.interval_seconds,
+        anchor_at=job.anchor_at,
+        dst_gap=job.dst_gap,
+        dst_repeat=job.dst_repeat,
+    )
+    if schedule is None:
+        raise BackfillError("job", "the job has no schedule to backfill")
+    slots = []
+    for slot in iter_slots(schedule, start - timedelta(microseconds=1), end):
+        if slot.skip_reason is None:
+            slots.append(slot.at)
+        if len(slots) > limit:
+            raise BackfillError(
+                "end",
+                f"the range holds more than {limit} runs, the limit; backfill a shorter range",
+            )
+    now = clock.now()
+    with transaction.atomic():
+        runs = Run.objects.bulk_create(
+            [
+                Run(job=job, trigger=Run.Trigger.BACKFILL, scheduled_for=at, due_at=now)
+                for at in slots
+            ]
+        )
+        AuditEvent.objects.create(
+            actor=actor.label,
+            action="backfill",
+            job=job,
+            changes={"start": start.isoformat(), "end": end.isoformat(), "runs": len(runs)},
+        )
+        enqueue_runs_on_commit(tenant, runs)
+    return runs

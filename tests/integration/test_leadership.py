@@ -1,0 +1,154 @@
+"""Leader election, step-down and recovery of the scheduler process (in-process, real
+Redis and PostgreSQL, fake clock)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from beat import index
+from beat.clock import FakeClock
+from beat.engine import EngineConfig
+from beat.keys import index_built_key, index_key, leader_info_key
+from beat.lease import LeaseLost, current_epoch
+from beat.loop import SchedulerProcess
+
+from .helpers import make_job, message_args, queued_messages, runs_of, utc
+
+START = utc(2026, 6, 1, 12, 0, 0)
+
+
+def _process(client, clock, name: str) -> SchedulerProcess:
+    return SchedulerProcess(
+        client=client, clock=clock, config=EngineConfig(), lease_seconds=2, holder=name
+    )
+
+
+def _lead_for(process: SchedulerProcess, clock: FakeClock, seconds: int, step: float = 1.0):
+    for _ in range(int(seconds / step)):
+        process.lead_once()
+        clock.advance(step)
+
+
+def test_only_one_of_two_processes_leads(live, redis_client):
+    clock = FakeClock(START)
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    assert a.try_lead() is True
+    assert b.try_lead() is False
+    assert redis_client.get(leader_info_key()) == b"a:1"
+    assert current_epoch() == (a.lease.epoch, "a:1")
+
+
+def test_standby_takes_over_when_the_lease_lapses_and_the_old_leader_stops(live, redis_client):
+    """A wedged leader stops renewing; when its lease lapses the standby leads and the old
+    leader's next renewal fails, so it stops writing."""
+    clock = FakeClock(START)
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    assert a.try_lead()
+    redis_client.delete("lock:" + "tw:leader")  # the lease expired while `a` was wedged
+    assert b.try_lead()
+    assert b.lease.epoch == a.lease.epoch + 1
+    with pytest.raises(LeaseLost):
+        a.lead_once()
+    assert not a.lease.held
+
+
+def test_released_lease_is_taken_at_once(live, redis_client):
+    clock = FakeClock(START)
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    assert a.try_lead()
+    a.lease.release()
+    assert b.try_lead()
+
+
+def test_redis_flushed_while_running_rebuilds_and_loses_or_doubles_nothing(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    for i in range(4):
+        make_job(alpha, clock, name=f"j{i}", schedule={"interval_seconds": 2})
+    a = _process(redis_client, clock, "a:1")
+    assert a.try_lead()
+    _lead_for(a, clock, 10)
+    before = {r.id for r in runs_of(alpha, status="queued")}
+    assert before
+
+    redis_client.flushdb()  # index, lease and broker queues all gone
+
+    with pytest.raises(LeaseLost):
+        a.lead_once()
+    a.step_down("test")
+    assert a.try_lead()  # re-elected, rebuilt the index, re-published queued runs
+    assert redis_client.exists(index_built_key())
+    assert redis_client.zcard(index_key()) == 4
+    _lead_for(a, clock, 20)
+
+    runs = runs_of(alpha)
+    per_slot = Counter((r.job_id, r.scheduled_for) for r in runs)
+    assert max(per_slot.values()) == 1
+    published = {message_args(m)[1] for m in queued_messages(redis_client)}
+    assert {str(r) for r in before} <= published  # their messages were lost: sent again
+    fired_slots = sorted(r.scheduled_for for r in runs if r.job_id == runs[0].job_id)
+    gaps = {(b - a).total_seconds() for a, b in itertools.pairwise(fired_slots)}
+    assert gaps == {2.0}  # every slot of the 30 s has its run
+
+
+def test_leader_rebuilds_a_missing_index_on_takeover(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    redis_client.delete(index_key(), index_built_key())
+    a = _process(redis_client, clock, "a:1")
+    assert a.try_lead()
+    assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) is not None
+
+
+def test_rebuild_index_command_drops_stale_members(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    redis_client.zadd(index_key(), {index.member(alpha.id, 999999): 1.0})
+    out = StringIO()
+    call_command("rebuild_index", stdout=out)
+    assert "indexed 1 jobs" in out.getvalue()
+    assert redis_client.zcard(index_key()) == 1
+
+
+def test_scheduler_status_reports_leader_epoch_and_lag(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(utc(2020, 1, 1))  # a slot long overdue, seen from the real clock
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    a = _process(redis_client, clock, "host:123")
+    assert a.try_lead()
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    status = json.loads(out.getvalue())
+    assert status["leader"] == "host:123"
+    assert status["epoch"] == a.lease.epoch
+    assert status["index_size"] == 1
+    assert status["due_unmaterialised_jobs"] == 1
+    assert status["oldest_unfired_lag_seconds"] > 3600
+    a.lease.release()
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    assert json.loads(out.getvalue())["leader"] is None
+
+
+def test_leader_sleeps_until_the_next_due_instant(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    a = _process(redis_client, clock, "a:1")
+    assert a.try_lead()
+    clock.set(utc(2026, 6, 1, 12, 0, 20))
+    # Nothing due before 12:00:30 (the 12:01 slot enters the 30 s window): sleep is capped
+    # only by the lease renewal period.
+    assert a.lead_once() == pytest.approx(a.max_sleep)
+    clock.set(utc(2026, 6, 1, 12, 0, 40))
+    a.lead_once()  # materialised: the run waits for 12:01:00
+    clock.set(utc(2026, 6, 1, 12, 0, 59, 800000))
+    assert a.lead_once() == pytest.approx(0.2, abs=0.01)

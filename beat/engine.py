@@ -22,11 +22,11 @@ from jobs.schedule_fields import schedule_from_fields
 from runs import states
 from runs.ids import uuid7
 
-from . import index, store
+from . import index, reaper, store
 from .admission import DueRun, JobLimits, admit
 from .clock import Clock
 from .keys import index_key
-from .messages import build_message, push_messages, queue_for
+from .messages import build_message, push_messages, queue_for, time_limits
 from .planning import MisfireRules, plan_job
 from .tenant_directory import TenantDirectory
 
@@ -43,6 +43,8 @@ class EngineConfig:
     relay_interval_seconds: float = 10.0
     misfire_max_runs: int = 100
     misfire_max_age_seconds: int = 86400
+    visibility_timeout_seconds: float = 300.0
+    fire_chunk: int = 2000
 
     @classmethod
     def from_settings(cls) -> EngineConfig:
@@ -53,23 +55,28 @@ class EngineConfig:
             relay_interval_seconds=settings.SCHEDULER_RELAY_INTERVAL_SECONDS,
             misfire_max_runs=settings.SCHEDULER_MISFIRE_MAX_RUNS,
             misfire_max_age_seconds=settings.SCHEDULER_MISFIRE_MAX_AGE_SECONDS,
+            visibility_timeout_seconds=settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS,
         )
 
+    @property
+    def reap_interval_seconds(self) -> float:
+        return min(self.visibility_timeout_seconds / 4, 30.0)
 
-@dataclass(order=True)
+
+@dataclass
 class Pending:
     """A run waiting in memory for its instant, with its Celery message already built."""
 
     due: float
     seq: int
-    tenant_id: int = field(compare=False)
-    schema: str = field(compare=False)
-    run_id: Any = field(compare=False)
-    job_id: int = field(compare=False)
-    scheduled_for: datetime = field(compare=False)
-    trigger: str = field(compare=False)
-    queue: str = field(compare=False)
-    message: bytes = field(compare=False, repr=False)
+    tenant_id: int
+    schema: str
+    run_id: Any
+    job_id: int
+    scheduled_for: datetime
+    trigger: str
+    queue: str
+    message: bytes
 
 
 @dataclass
@@ -91,44 +98,37 @@ class Engine:
         self.config = config
         self.origin = origin
         self.tenants = TenantDirectory()
-        self.pending: list[Pending] = []
+        # A heap of (due, seq, entry): tuples compare in C, dataclasses in Python.
+        self.pending: list[tuple[float, int, Pending]] = []
         self.known: set = set()  # run ids in `pending` or `held`
         self.held: dict[tuple[int, int], list[Pending]] = defaultdict(list)
         self.last_relay: datetime | None = None
+        self.last_reap: datetime | None = None
+        self.materialise_interrupted = False
         self._seq = itertools.count()
         self.last_fire = FireStats()
         self.lag_log: list[float] | None = None  # benchmarks collect every publish lag here
 
     # --- building pending entries ----------------------------------------------------------
-    def _pending(
-        self,
-        tenant_id: int,
-        schema: str,
-        run_id: Any,
-        job_id: int,
-        attempt: int,
-        scheduled_for: datetime,
-        due_at: datetime,
-        priority: str,
-        trigger: str = "schedule",
-    ) -> Pending:
-        queue = queue_for(priority, f"{tenant_id}:{job_id}", self.config.shard_count)
+    def _pending(self, tenant_id: int, schema: str, ref: store.RunRef) -> Pending:
+        queue = queue_for(ref.priority, f"{tenant_id}:{ref.job_id}", self.config.shard_count)
         message = build_message(
             task_name=EXECUTE_TASK,
-            task_id=str(run_id),
-            args=[schema, str(run_id), attempt],
+            task_id=str(ref.run_id),
+            args=[schema, str(ref.run_id), ref.attempt],
             queue=queue,
             origin=self.origin,
+            time_limits=time_limits(ref.timeout_seconds),
         )
         return Pending(
-            due_at.timestamp(),
+            ref.due_at.timestamp(),
             next(self._seq),
             tenant_id,
             schema,
-            run_id,
-            job_id,
-            scheduled_for,
-            trigger,
+            ref.run_id,
+            ref.job_id,
+            ref.scheduled_for,
+            ref.trigger,
             queue,
             message,
         )
@@ -136,7 +136,7 @@ class Engine:
     def _remember(self, entry: Pending) -> None:
         if entry.run_id not in self.known:
             self.known.add(entry.run_id)
-            heapq.heappush(self.pending, entry)
+            heapq.heappush(self.pending, (entry.due, entry.seq, entry))
 
     # --- materialise -----------------------------------------------------------------------
     def materialise(self) -> int:
@@ -149,9 +149,18 @@ class Engine:
         by_tenant: dict[int, list[int]] = defaultdict(list)
         for tenant_id, job_id, _score in entries:
             by_tenant[tenant_id].append(int(job_id))
+        processed = 0
+        self.materialise_interrupted = False
         for tenant_id, job_ids in by_tenant.items():
             self._materialise_tenant(tenant_id, job_ids, now, horizon)
-        return len(entries)
+            processed += len(job_ids)
+            if processed < len(entries) and self._fire_is_due():
+                self.materialise_interrupted = True  # firing on time comes first
+                break
+        return processed
+
+    def _fire_is_due(self) -> bool:
+        return bool(self.pending) and self.pending[0][0] <= self.clock.now().timestamp()
 
     def _materialise_tenant(
         self, tenant_id: int, job_ids: list[int], now: datetime, horizon: datetime
@@ -171,14 +180,16 @@ class Engine:
         self._sync_index(tenant_id, job_ids, jobs)
         for run_id, job_id, slot, due, status, _reason in rows:
             if run_id in inserted and status == states.SCHEDULED:
-                self._remember(
-                    self._pending(tenant_id, schema, run_id, job_id, 1, slot, due, fresh[job_id])
+                job = fresh[job_id]
+                ref = store.RunRef(
+                    run_id, job_id, slot, due, 1, job.priority, "schedule", job.timeout_seconds
                 )
+                self._remember(self._pending(tenant_id, schema, ref))
 
     def _plan(self, jobs: list[store.JobRow], now: datetime, horizon: datetime):
         rows: list[tuple] = []
         cursors: list[tuple[int, datetime | None]] = []
-        priorities: dict[int, str] = {}
+        planned: dict[int, store.JobRow] = {}
         for job in jobs:
             if not job.schedulable or job.next_run_at > horizon:
                 continue
@@ -216,8 +227,8 @@ class Engine:
                 )
             cursors.append((job.id, plan.next_run_at))
             job.next_run_at = plan.next_run_at
-            priorities[job.id] = job.priority
-        return rows, cursors, priorities
+            planned[job.id] = job
+        return rows, cursors, planned
 
     def _rules(self, job: store.JobRow) -> MisfireRules:
         return MisfireRules(
@@ -265,19 +276,7 @@ class Engine:
         for row in rows:
             if row.run_id in self.known:
                 continue
-            self._remember(
-                self._pending(
-                    tenant_id,
-                    schema,
-                    row.run_id,
-                    row.job_id,
-                    row.attempt,
-                    row.scheduled_for,
-                    row.due_at,
-                    row.priority,
-                    row.trigger,
-                )
-            )
+            self._remember(self._pending(tenant_id, schema, row))
             added += 1
         return added
 
@@ -293,26 +292,42 @@ class Engine:
         horizon = now + timedelta(seconds=self.config.lookahead_seconds)
         return sum(self._load_pending(t, s, horizon) for t, s in self.tenants.all())
 
+    # --- reap ------------------------------------------------------------------------------
+    def reap(self, *, force: bool = False) -> int:
+        """Runs whose worker went silent, and queued runs whose message went missing."""
+        now = self.clock.now()
+        interval = timedelta(seconds=self.config.reap_interval_seconds)
+        if not force and self.last_reap is not None and now - self.last_reap < interval:
+            return 0
+        self.last_reap = now
+        timeout = self.config.visibility_timeout_seconds
+        count = 0
+        for tenant_id, schema in self.tenants.all():
+            with transaction.atomic(), connection.cursor() as cursor:
+                store.fence(cursor, self.epoch)
+                reaped = reaper.reap_lost(cursor, schema, now, timeout)
+                stale = reaper.stale_queued(cursor, schema, now, timeout)
+                self._publish([self._pending(tenant_id, schema, ref) for ref in stale])
+            for ref in reaped.retrying:
+                self._remember(self._pending(tenant_id, schema, ref))
+            count += len(reaped.retrying) + reaped.dead + len(stale)
+            if reaped.retrying or reaped.dead or stale:
+                log.warning(
+                    "%s: reaped %s lost runs (%s dead), re-published %s stale queued",
+                    schema,
+                    len(reaped.retrying) + reaped.dead,
+                    reaped.dead,
+                    len(stale),
+                )
+        return count
+
     def republish_queued(self) -> int:
         """Publish every `queued` run again: used after Redis lost its data."""
         count = 0
         for tenant_id, schema in self.tenants.all():
             with connection.cursor() as cursor:
                 rows = store.queued_runs(cursor, schema)
-            entries = [
-                self._pending(
-                    tenant_id,
-                    schema,
-                    r.run_id,
-                    r.job_id,
-                    r.attempt,
-                    r.scheduled_for,
-                    r.due_at,
-                    r.priority,
-                    r.trigger,
-                )
-                for r in rows
-            ]
+            entries = [self._pending(tenant_id, schema, ref) for ref in rows]
             self._publish(entries)
             count += len(entries)
         if count:
@@ -321,60 +336,77 @@ class Engine:
 
     # --- fire ------------------------------------------------------------------------------
     def fire(self) -> FireStats:
+        """Admit and publish every run whose instant has come. Runs go in chunks of
+        `fire_chunk`, oldest first, each chunk in ONE fenced transaction across schemas:
+        one commit per chunk rather than one per tenant, and the first chunk is out
+        before the last one is even looked at."""
         now = self.clock.now()
         stats = FireStats()
         due: list[Pending] = []
-        while self.pending and self.pending[0].due <= now.timestamp():
-            due.append(heapq.heappop(self.pending))
-        by_schema: dict[str, list[Pending]] = defaultdict(list)
-        for entry in due:
-            by_schema[entry.schema].append(entry)
-        for schema, entries in by_schema.items():
-            self._fire_schema(schema, entries, stats)
+        while self.pending and self.pending[0][0] <= now.timestamp():
+            due.append(heapq.heappop(self.pending)[2])
+        for start in range(0, len(due), self.config.fire_chunk):
+            self._fire_chunk(due[start : start + self.config.fire_chunk], now, stats)
         self.last_fire = stats
         if self.lag_log is not None:
             self.lag_log.extend(stats.lags)
         return stats
 
-    def _fire_schema(self, schema: str, entries: list[Pending], stats: FireStats) -> None:
-        now = self.clock.now()
-        by_id = {e.run_id: e for e in entries}
+    def _fire_chunk(self, due: list[Pending], now: datetime, stats: FireStats) -> None:
+        by_schema: dict[str, list[Pending]] = defaultdict(list)
+        for entry in due:
+            by_schema[entry.schema].append(entry)
+        to_publish: list[Pending] = []
+        held: list[Pending] = []
         with transaction.atomic(), connection.cursor() as cursor:
             store.fence(cursor, self.epoch)
-            jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in entries}))
-            live, paused, gone = _split_by_job_state(entries, jobs)
-            stats.skipped += store.mark_skipped(cursor, schema, paused, states.SKIP_PAUSED, now)
-            stats.cancelled += store.cancel_runs(cursor, schema, gone, "job deleted", now)
-            decision = admit(
-                [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
-                {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
-            )
-            stats.cancelled += store.cancel_active_runs_of_jobs(
-                cursor, schema, decision.replace_jobs, "replaced by a newer run", now
-            )
-            stats.cancelled += store.cancel_runs(
-                cursor, schema, decision.supersede, "superseded by a newer run", now
-            )
-            stats.skipped += store.mark_skipped(
-                cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
-            )
-            queued = store.mark_queued(cursor, schema, decision.queue, now)
+            for schema, entries in by_schema.items():
+                queued, waiting = self._admit_schema(cursor, schema, entries, now, stats)
+                to_publish.extend(queued)
+                held.extend(waiting)
             # Published inside the transaction: if the commit is lost the runs stay
             # `scheduled`, workers may still claim them, and the relay re-publishes the rest
             # (a duplicate message claims nothing: invariant 4).
-            self._publish([by_id[run_id] for run_id in decision.queue if run_id in queued])
+            self._publish(to_publish)
         published_at = self.clock.now().timestamp()
-        for run_id in decision.queue:
-            if run_id in queued:
-                stats.published += 1
-                stats.lags.append(published_at - by_id[run_id].due)
-        for run_id in decision.hold:
-            entry = by_id[run_id]
+        stats.published += len(to_publish)
+        stats.lags.extend(published_at - e.due for e in to_publish)
+        for entry in held:
             self.held[(entry.tenant_id, entry.job_id)].append(entry)
-            stats.held += 1
-        for run_id in by_id:
-            if run_id not in decision.hold:
-                self.known.discard(run_id)
+        stats.held += len(held)
+        held_ids = {e.run_id for e in held}
+        self.known.difference_update(e.run_id for e in due if e.run_id not in held_ids)
+
+    def _admit_schema(
+        self, cursor, schema: str, entries: list[Pending], now: datetime, stats: FireStats
+    ) -> tuple[list[Pending], list[Pending]]:
+        """(entries to publish, entries held by the `queue` policy) for one schema."""
+        fast = store.queue_unconstrained(cursor, schema, [e.run_id for e in entries], now)
+        queued = [e for e in entries if e.run_id in fast]
+        rest = [e for e in entries if e.run_id not in fast]
+        if not rest:
+            return queued, []
+        by_id = {e.run_id: e for e in rest}
+        jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in rest}))
+        live, paused, gone = _split_by_job_state(rest, jobs)
+        stats.skipped += store.mark_skipped(cursor, schema, paused, states.SKIP_PAUSED, now)
+        stats.cancelled += store.cancel_runs(cursor, schema, gone, "job deleted", now)
+        decision = admit(
+            [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
+            {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
+        )
+        stats.cancelled += store.cancel_active_runs_of_jobs(
+            cursor, schema, decision.replace_jobs, "replaced by a newer run", now
+        )
+        stats.cancelled += store.cancel_runs(
+            cursor, schema, decision.supersede, "superseded by a newer run", now
+        )
+        stats.skipped += store.mark_skipped(
+            cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
+        )
+        moved = store.mark_queued(cursor, schema, decision.queue, now)
+        queued += [by_id[run_id] for run_id in decision.queue if run_id in moved]
+        return queued, [by_id[run_id] for run_id in decision.hold]
 
     def _publish(self, entries: list[Pending]) -> None:
         if not entries:
@@ -387,7 +419,7 @@ class Engine:
         """A run of the job ended: its held runs go back to the due heap."""
         entries = self.held.pop((tenant_id, job_id), [])
         for entry in entries:
-            heapq.heappush(self.pending, entry)
+            heapq.heappush(self.pending, (entry.due, entry.seq, entry))
         return len(entries)
 
     # --- timing ----------------------------------------------------------------------------
@@ -396,7 +428,7 @@ class Engine:
         job in the index enters the lookahead window."""
         candidates = []
         if self.pending:
-            candidates.append(self.pending[0].due)
+            candidates.append(self.pending[0][0])
         for key in (index_key(), index.runs_index_key()):
             head = index.earliest(self.client, key)
             if head is not None:

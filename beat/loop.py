@@ -95,8 +95,9 @@ class SchedulerProcess:
         engine.load_run_index()
         engine.fire()
         engine.relay()
+        engine.reap()
         self.iterations += 1
-        if processed >= self.config.materialise_batch:
+        if processed >= self.config.materialise_batch or engine.materialise_interrupted:
             return 0.0  # more due entries wait: go on after renewing
         next_due = engine.next_due()
         if next_due is None:

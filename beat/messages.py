@@ -24,7 +24,24 @@ def queue_for(priority: str, shard_key: str, shard_count: int) -> str:
     return f"runs.{priority if priority in PRIORITIES else 'normal'}.{shard}"
 
 
-def build_message(*, task_name: str, task_id: str, args: list, queue: str, origin: str) -> bytes:
+def time_limits(timeout_seconds: int | None) -> tuple[int | None, int | None]:
+    """Celery's (hard, soft) limits for a run: the soft one raises inside the task at the
+    job's timeout (plus a moment, so an HTTP call's own deadline answers first); the hard
+    one kills a task that ignores it (prefork pool only)."""
+    if not timeout_seconds:
+        return (None, None)
+    return (timeout_seconds + 30, timeout_seconds + 2)
+
+
+def build_message(
+    *,
+    task_name: str,
+    task_id: str,
+    args: list,
+    queue: str,
+    origin: str,
+    time_limits: tuple[int | None, int | None] = (None, None),
+) -> bytes:
     body = json.dumps(
         [args, {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
     ).encode()
@@ -38,7 +55,7 @@ def build_message(*, task_name: str, task_id: str, args: list, queue: str, origi
         "group": None,
         "group_index": None,
         "retries": 0,
-        "timelimit": [None, None],
+        "timelimit": list(time_limits),
         "root_id": task_id,
         "parent_id": None,
         "argsrepr": repr(tuple(args)),

@@ -30,6 +30,7 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._owner_pid: int | None = None
+        self._stop = threading.Event()
 
     def track(self, schema: str, run_id: str) -> threading.Event:
         """Start beating for a run; returns the event raised if the run is stopped."""
@@ -79,12 +80,19 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._loop, name="heartbeats", daemon=True)
         self._thread.start()
 
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 5)
+
     def _loop(self) -> None:
-        stop = threading.Event()
-        while not stop.wait(self.interval):
-            try:
-                if self._running:
-                    self.beat_once()
-            except Exception:  # a failed beat must not kill the thread; the next one retries
-                log.exception("heartbeat failed")
-                close_old_connections()
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    if self._running:
+                        self.beat_once()
+                except Exception:  # a failed beat must not kill the thread; retry next time
+                    log.exception("heartbeat failed")
+                    close_old_connections()
+        finally:
+            connection.close()

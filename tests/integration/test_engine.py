@@ -140,8 +140,9 @@ def test_runs_of_many_tenants_fire_in_one_pass(live, redis_client):
         for i in range(3):
             make_job(world.tenant, clock, name=f"j{i}", schedule={"cron": "* * * * *"})
     engine = new_engine(redis_client, clock)
-    clock.set(utc(2026, 6, 1, 12, 1))
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
     assert engine.materialise() == 6
+    clock.set(utc(2026, 6, 1, 12, 1))
     stats = engine.fire()
     assert stats.published == 6
     schemas = Counter(message_args(m)[0] for m in queued_messages(redis_client))
@@ -170,3 +171,18 @@ def _count_rows(seen: list):
         return result
 
     return wrapper
+
+
+def test_materialising_yields_to_a_run_that_is_due(live, redis_client):
+    """Firing on time comes first: a long materialise pass stops between tenants as soon
+    as a run it holds is due, and the loop fires it before going on."""
+    clock = FakeClock(START)
+    for world in live.values():
+        make_job(world.tenant, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 1))  # both jobs' slots are due right now
+    assert engine.materialise() == 1
+    assert engine.materialise_interrupted
+    assert engine.fire().published == 1
+    assert engine.materialise() == 1
+    assert not engine.materialise_interrupted

@@ -1,0 +1,120 @@
+"""Invariant 5, nothing stuck: the leader reaps runs whose worker went silent and publishes
+again runs whose broker message went missing.
+
+- A `running` run whose heartbeat is older than the visibility timeout lost its worker
+  (killed, host gone): its attempt is marked `lost` and the retry policy decides between
+  `retrying` and `dead`, exactly as for a failed attempt.
+- A `queued` run still unclaimed after the visibility timeout may have lost its message
+  (Redis restarted without persistence): it is published again, at most once per timeout.
+  A duplicate delivery claims nothing (invariant 4), so this is always safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from psycopg import sql
+
+from runs import states
+from runs.execution import Outcome, decide
+from runs.retry import RetryPolicy
+
+from .store import REF_COLUMNS, RunRef, table
+
+BATCH = 1000
+
+
+@dataclass
+class Reaped:
+    retrying: list[RunRef] = field(default_factory=list)
+    dead: int = 0
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """Just what `runs.execution.decide` reads of a claimed run."""
+
+    attempt: int
+    retry: RetryPolicy
+    job_deleted: bool
+
+
+def reap_lost(cursor, schema: str, now: datetime, timeout_seconds: float) -> Reaped:
+    query = sql.SQL(
+        """
+        SELECT r.id, r.job_id, r.attempt, r.scheduled_for, j.max_attempts, j.backoff_seconds,
+               j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter,
+               j.deleted_at IS NOT NULL, j.priority, r.trigger, j.timeout_seconds
+        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
+        WHERE r.status = 'running' AND r.heartbeat_at < %s
+        ORDER BY r.heartbeat_at LIMIT %s FOR UPDATE OF r SKIP LOCKED
+        """
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"))
+    cursor.execute(query, [now - timedelta(seconds=timeout_seconds), BATCH])
+    rows = cursor.fetchall()
+    reaped = Reaped()
+    error = f"lost: no heartbeat for {timeout_seconds:g}s (worker killed or unreachable)"
+    for run_id, job_id, attempt, slot, *policy, deleted, priority, trigger, timeout in rows:
+        lost = _Lost(attempt, RetryPolicy(*policy), deleted)
+        decision = decide(lost, Outcome(False, error), now)
+        _record_lost(cursor, schema, run_id, attempt, decision, error, now)
+        if decision.status == states.RETRYING:
+            reaped.retrying.append(
+                RunRef(
+                    run_id,
+                    job_id,
+                    slot,
+                    decision.due_at,
+                    decision.next_attempt,
+                    priority,
+                    trigger,
+                    timeout,
+                )
+            )
+        else:
+            reaped.dead += 1
+    return reaped
+
+
+def _record_lost(
+    cursor, schema: str, run_id, attempt: int, decision, error: str, now: datetime
+) -> None:
+    cursor.execute(
+        sql.SQL(
+            "UPDATE {} SET status = %s, attempt = %s, due_at = coalesce(%s, due_at), "
+            "finished_at = %s, error = %s, heartbeat_at = NULL WHERE id = %s"
+        ).format(table(schema, "runs_run")),
+        [
+            decision.status,
+            decision.next_attempt,
+            decision.due_at,
+            None if decision.status == states.RETRYING else now,
+            error,
+            run_id,
+        ],
+    )
+    cursor.execute(
+        sql.SQL(
+            "UPDATE {} SET outcome = 'lost', finished_at = %s, error = %s "
+            "WHERE run_id = %s AND number = %s AND outcome = 'running'"
+        ).format(table(schema, "runs_attempt")),
+        [now, error, run_id, attempt],
+    )
+
+
+def stale_queued(cursor, schema: str, now: datetime, timeout_seconds: float) -> list[RunRef]:
+    """Queued runs unclaimed for longer than the timeout; their queued_at restarts the clock."""
+    query = sql.SQL(
+        """
+        UPDATE {runs} r SET queued_at = %s FROM {jobs} j
+        WHERE j.id = r.job_id AND r.id IN (
+            SELECT id FROM {runs} WHERE status = 'queued' AND queued_at < %s
+            ORDER BY queued_at LIMIT %s FOR UPDATE SKIP LOCKED)
+        RETURNING {cols}
+        """
+    ).format(
+        cols=sql.SQL(REF_COLUMNS), runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+    )
+    cursor.execute(query, [now, now - timedelta(seconds=timeout_seconds), BATCH])
+    return [RunRef(*row) for row in cursor.fetchall()]

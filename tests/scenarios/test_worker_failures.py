@@ -1,0 +1,139 @@
+"""Workers as real processes: killed mid-run, duplicate deliveries, priorities."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from django.conf import settings
+from django_tenants.utils import schema_context
+
+from beat.clock import SystemClock
+from jobs.services import job_trigger
+from runs.models import Attempt
+
+from ..integration.helpers import ACTOR, make_job, runs_of
+from .procs import scheduler, wait_for, worker
+from .tasks import EXECUTIONS_KEY
+
+pytestmark = pytest.mark.slow
+ENV = {
+    "SCHEDULER_LEASE_SECONDS": "2",
+    "SCHEDULER_VISIBILITY_TIMEOUT_SECONDS": "10",
+    "SCHEDULER_HEARTBEAT_SECONDS": "0.5",
+    "SCHEDULER_TASK_MODULES": "tests.scenarios.tasks",
+}
+
+
+def _trigger(tenant, job, n: int = 1):
+    with schema_context(tenant.schema_name):
+        return [
+            job_trigger(tenant=tenant, actor=ACTOR, job_id=job.id, clock=SystemClock())[0]
+            for _ in range(n)
+        ]
+
+
+def test_worker_killed_mid_run_is_reaped_retried_and_finishes(live, redis_client, tmp_path):
+    from runs.registry import get_task
+
+    assert settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS  # the test worker's value is in ENV
+    import tests.scenarios.tasks  # noqa: F401  (registers test.record for job validation)
+
+    assert get_task("test.record")
+    alpha = live["alpha"].tenant
+    job = make_job(
+        alpha,
+        SystemClock(),
+        schedule=None,
+        target={"type": "task", "task": "test.record"},
+        payload={"seconds": 4},
+        retry={"max_attempts": 3, "backoff_seconds": 0},
+    )
+    procs = [scheduler(tmp_path, "sched", **ENV), worker(tmp_path, "w1", "-c", "1", **ENV)]
+    try:
+        [run] = _trigger(alpha, job)
+        wait_for(lambda: runs_of(alpha, id=run.id, status="running"), timeout=30)
+        procs[1].kill9()  # mid-run: the attempt never reports
+        procs.append(worker(tmp_path, "w2", "-c", "1", **ENV))
+        wait_for(lambda: runs_of(alpha, id=run.id, status="succeeded"), timeout=60)
+    finally:
+        for proc in procs:
+            proc.stop()
+    with schema_context(alpha.schema_name):
+        attempts = list(
+            Attempt.objects.filter(run_id=run.id).values_list("number", "outcome", "worker")
+        )
+    assert [(n, o) for n, o, _ in attempts] == [(1, "lost"), (2, "succeeded")]
+    executions = Counter(x.decode() for x in redis_client.lrange(EXECUTIONS_KEY, 0, -1))
+    assert executions == {f"{run.id}:1": 1, f"{run.id}:2": 1}  # no attempt ran twice
+
+
+def test_duplicate_messages_execute_once(live, redis_client, tmp_path):
+    import tests.scenarios.tasks  # noqa: F401
+
+    alpha = live["alpha"].tenant
+    job = make_job(
+        alpha, SystemClock(), schedule=None, target={"type": "task", "task": "test.record"}
+    )
+    procs = [worker(tmp_path, "w1", "-c", "2", **ENV)]
+    try:
+        runs = _trigger(alpha, job, 5)
+        from beat.messages import build_message
+
+        for run in runs:  # every message delivered three times
+            message = build_message(
+                task_name="runs.execute_run",
+                task_id=str(run.id),
+                args=[alpha.schema_name, str(run.id), 1],
+                queue="runs.normal.0",
+                origin="test",
+            )
+            redis_client.lpush("runs.normal.0", message, message, message)
+        wait_for(lambda: len(runs_of(alpha, status="succeeded")) == 5, timeout=60)
+        time.sleep(1)  # let every duplicate be consumed
+    finally:
+        for proc in procs:
+            proc.stop()
+    executions = Counter(x.decode() for x in redis_client.lrange(EXECUTIONS_KEY, 0, -1))
+    assert executions == {f"{r.id}:1": 1 for r in runs}
+    assert redis_client.llen("runs.normal.0") == 0
+
+
+def test_worker_without_queues_takes_high_before_low(live, redis_client, tmp_path):
+    import tests.scenarios.tasks  # noqa: F401
+
+    alpha = live["alpha"].tenant
+    clock = SystemClock()
+    low = make_job(
+        alpha,
+        clock,
+        name="low",
+        schedule=None,
+        priority="low",
+        target={"type": "task", "task": "test.record"},
+    )
+    high = make_job(
+        alpha,
+        clock,
+        name="high",
+        schedule=None,
+        priority="high",
+        target={"type": "task", "task": "test.record"},
+    )
+    sched = scheduler(tmp_path, "sched", **ENV)
+    try:
+        low_runs = _trigger(alpha, low, 4)
+        high_runs = _trigger(alpha, high, 4)
+        wait_for(lambda: len(runs_of(alpha, status="queued")) == 8, timeout=30)
+    finally:
+        sched.stop()
+    procs = [worker(tmp_path, "w1", "-c", "1", **ENV)]
+    try:
+        wait_for(lambda: len(runs_of(alpha, status="succeeded")) == 8, timeout=60)
+    finally:
+        for proc in procs:
+            proc.stop()
+    order = [x.decode().split(":")[0] for x in redis_client.lrange(EXECUTIONS_KEY, 0, -1)]
+    assert set(order[:4]) == {str(r.id) for r in high_runs}
+    assert set(order[4:]) == {str(r.id) for r in low_runs}

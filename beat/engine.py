@@ -283,14 +283,21 @@ class Engine:
     # --- relay -----------------------------------------------------------------------------
     def relay(self, *, force: bool = False) -> int:
         """Find runs that wait for admission in PostgreSQL but not in this leader's memory
-        (materialised by a leader that died before publishing, or lost from Redis)."""
+        (materialised by a leader that died before publishing, or lost from Redis).
+
+        At takeover (`force`) that is the whole lookahead window. Afterwards, the runs of
+        the window are in memory, so the periodic sweep only asks for runs already overdue
+        by a second: a cheap indexed query that returns nothing when all is well."""
         now = self.clock.now()
         interval = timedelta(seconds=self.config.relay_interval_seconds)
         if not force and self.last_relay is not None and now - self.last_relay < interval:
             return 0
         self.last_relay = now
-        horizon = now + timedelta(seconds=self.config.lookahead_seconds)
-        return sum(self._load_pending(t, s, horizon) for t, s in self.tenants.all())
+        if force:
+            until = now + timedelta(seconds=self.config.lookahead_seconds)
+        else:
+            until = now - timedelta(seconds=1)
+        return sum(self._load_pending(t, s, until) for t, s in self.tenants.all())
 
     # --- reap ------------------------------------------------------------------------------
     def reap(self, *, force: bool = False) -> int:

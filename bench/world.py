@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 from psycopg import sql
@@ -83,8 +83,10 @@ def copy_jobs(
     spread_seconds: float = 0.0,
     name: str = "bench",
 ) -> float:
-    """Insert `count` minutely jobs whose next run is `next_run_at` (+ up to `spread_seconds`
-    when spread): returns seconds taken."""
+    """Insert `count` jobs whose next run is `next_run_at`: minutely cron jobs, or, when
+    `spread_seconds` is given, hourly interval jobs anchored at a random whole second in
+    [next_run_at, next_run_at + spread), so that their slots really spread. Returns the
+    seconds taken."""
     started = time.perf_counter()
     rng = random.Random(count)
     now = datetime.now(next_run_at.tzinfo)
@@ -94,52 +96,22 @@ def copy_jobs(
     )
     with connection.cursor() as cursor, cursor.cursor.copy(query) as copy:
         for n in range(count):
-            when = next_run_at
-            if spread_seconds:
-                when = next_run_at.fromtimestamp(
-                    int(next_run_at.timestamp() + rng.random() * spread_seconds), next_run_at.tzinfo
-                )
-            copy.write_row(
-                (
-                    f"{name}-{n}",
-                    "",
-                    "cron",
-                    cron,
-                    cron,
-                    "UTC",
-                    None,
-                    None,
-                    f"{n:016x}",
-                    0,
-                    "shift",
-                    "first",
-                    "task",
-                    TARGET,
-                    "{}",
-                    3,
-                    10.0,
-                    2.0,
-                    3600.0,
-                    True,
-                    300,
-                    "normal",
-                    "allow",
-                    1,
-                    "run_once",
-                    3600,
-                    False,
-                    "",
-                    None,
-                    None,
-                    None,
-                    when,
-                    1,
-                    "bench",
-                    now,
-                    now,
-                )
-            )
+            copy.write_row(_job_row(n, name, cron, next_run_at, spread_seconds, rng, now))
     return time.perf_counter() - started
+
+
+def _job_row(n, name, cron, next_run_at, spread_seconds, rng, now) -> tuple:
+    kind, expr, interval, when = "cron", cron, None, next_run_at
+    if spread_seconds:
+        offset = int(rng.random() * spread_seconds)
+        kind, expr, interval = "interval", "", 3600
+        when = next_run_at + timedelta(seconds=offset)
+    anchor = when if interval else None
+    return (
+        f"{name}-{n}", "", kind, expr, expr, "UTC", interval, anchor, f"{n:016x}", 0,
+        "shift", "first", "task", TARGET, "{}", 3, 10.0, 2.0, 3600.0, True, 300, "normal",
+        "allow", 1, "run_once", 3600, False, "", None, None, None, when, 1, "bench", now, now,
+    )  # fmt: skip
 
 
 def index_jobs(client, tenant: Tenant, *, where: str = "TRUE", chunk: int = 50_000) -> int:

@@ -266,6 +266,9 @@ KNOWN_KEYS = {
 }
 
 
+_UNCHANGED = object()
+
+
 class CleanJob:
     def __init__(self, fields: dict, depends_on: list[int] | None) -> None:
         self.fields = fields
@@ -352,15 +355,19 @@ def clean_job_input(data: Any, *, existing=None, seed: str, now: datetime) -> Cl
     _simple(errors, data, fields)
     dst_gap = fields.get("dst_gap", getattr(existing, "dst_gap", "shift"))
     dst_repeat = fields.get("dst_repeat", getattr(existing, "dst_repeat", "first"))
-    schedule_touched = "schedule" in data or "dst_gap" in fields or "dst_repeat" in fields
-    if schedule_touched:
-        schedule = data["schedule"] if "schedule" in data else _existing_schedule(existing)
-        if "schedule" in data or (existing and existing.schedule_kind == "cron"):
-            fields.update(
-                validate_schedule(
-                    errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
-                )
+    if "schedule" in data or creating:
+        # A job created with only `depends_on` runs on demand or as a dependency.
+        schedule = data.get("schedule")
+    elif ("dst_gap" in fields or "dst_repeat" in fields) and existing.schedule_kind == "cron":
+        schedule = _existing_schedule(existing)  # re-resolve with the new DST policy
+    else:
+        schedule = _UNCHANGED
+    if schedule is not _UNCHANGED:
+        fields.update(
+            validate_schedule(
+                errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
             )
+        )
     if "target" in data:
         fields.update(validate_target(errors, data["target"]))
     if "payload" in data:

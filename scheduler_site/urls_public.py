@@ -1,7 +1,7 @@
 """URLs of the public site: operators' admin, health probes (and the API, later)."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from . import health
 
@@ -12,4 +12,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("api/v1/", include("scheduler_site.api.urls")),
 ]

@@ -184,3 +184,13 @@ def test_schedule_change_cancels_runs_materialised_for_the_old_schedule(live, re
     assert engine.fire().published == 0
     assert {r.status for r in runs_of(alpha)} == {"cancelled"}
     assert timedelta(0) < job.next_run_at - START
+
+
+def test_dependency_only_job_with_a_dst_policy_is_created_without_schedule(live, redis_client):
+    """Regression: a create body with dst_gap but no `schedule` key crashed, and a job
+    given only depends_on was stored with an empty schedule kind."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    upstream = make_job(alpha, clock, schedule=None)
+    job = make_job(alpha, clock, depends_on=[upstream.id], dst_gap="skip")
+    assert (job.schedule_kind, job.next_run_at, job.dst_gap) == ("none", None, "skip")

@@ -1,0 +1,128 @@
+"""GET /schedule/preview: the next fire times of a cron expression or an interval, before
+a job is created. `H` fields resolve with the seed "preview" (a job gets its own seed, so
+its `H` values may differ)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from jobs.schedules import (
+    DST_GAP_CHOICES,
+    DST_REPEAT_CHOICES,
+    MAX_INTERVAL_SECONDS,
+    Schedule,
+    ScheduleError,
+    describe,
+    interval_schedule,
+    next_fire,
+    parse_cron,
+)
+from scheduler_site.api.fields import InstantField, query
+from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
+from scheduler_site.api.views import ApiView
+
+PREVIEW_SEED = "preview"
+MAX_COUNT = 50
+# ScheduleError.field -> the query parameter to blame; the cron fields (minute, hour, ...)
+# belong to `cron`, and the message names the field.
+PARAMETER_OF = {
+    "timezone": "timezone",
+    "interval_seconds": "interval_seconds",
+    "dst_gap": "dst_gap",
+    "dst_repeat": "dst_repeat",
+}
+
+
+class PreviewQuerySerializer(serializers.Serializer):
+    cron = serializers.CharField(
+        required=False,
+        max_length=200,
+        help_text="A cron expression (give this or interval_seconds).",
+    )
+    timezone = serializers.CharField(required=False, default="UTC", max_length=64)
+    interval_seconds = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_INTERVAL_SECONDS
+    )
+    start = InstantField(
+        required=False,
+        help_text="List fire times after this (default now); an interval is anchored here.",
+    )
+    count = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
+    dst_gap = serializers.ChoiceField(choices=DST_GAP_CHOICES, required=False, default="shift")
+    dst_repeat = serializers.ChoiceField(
+        choices=DST_REPEAT_CHOICES, required=False, default="first"
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        if ("cron" in attrs) == ("interval_seconds" in attrs):
+            raise serializers.ValidationError(
+                {"cron": ["give exactly one of `cron` (with `timezone`) or `interval_seconds`"]}
+            )
+        return attrs
+
+
+class PreviewSerializer(serializers.Serializer):
+    description = serializers.CharField()
+    next = serializers.ListField(
+        child=serializers.DateTimeField(),
+        help_text="ISO 8601 instants with the schedule's UTC offset at each instant.",
+    )
+
+
+def _schedule(params: dict, start: datetime) -> tuple[Schedule, ZoneInfo]:
+    if "cron" in params:
+        schedule = parse_cron(
+            params["cron"],
+            timezone=params["timezone"],
+            seed=PREVIEW_SEED,
+            dst_gap=params["dst_gap"],
+            dst_repeat=params["dst_repeat"],
+        )
+        return schedule, ZoneInfo(schedule.timezone)
+    anchor = start.replace(microsecond=0)
+    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
+    return interval_schedule(
+        params["interval_seconds"], anchor=anchor, minimum_seconds=minimum
+    ), ZoneInfo("UTC")
+
+
+def fire_times(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+    times, after = [], start
+    for _ in range(count):
+        after = next_fire(schedule, after)
+        times.append(after)
+    return times
+
+
+class SchedulePreviewView(ApiView):
+    @extend_schema(
+        operation_id="schedule_preview",
+        tags=["schedule"],
+        summary="Preview a schedule's next fire times",
+        parameters=[PreviewQuerySerializer],
+        responses={200: PreviewSerializer, **problem_responses(400, *READ_PROBLEMS)},
+    )
+    def get(self, request: Request) -> Response:
+        params = query(PreviewQuerySerializer, request)
+        start = params.get("start") or self.clock.now()
+        try:
+            schedule, zone = _schedule(params, start)
+            times = fire_times(schedule, start, params["count"])
+        except ScheduleError as exc:
+            field = PARAMETER_OF.get(exc.field or "", "cron")
+            raise serializers.ValidationError({field: [str(exc)]}) from None
+        except OverflowError:
+            raise serializers.ValidationError({"start": ["too close to the end of time"]}) from None
+        return Response(
+            {
+                "description": describe(schedule),
+                "next": [at.astimezone(zone).isoformat() for at in times],
+            }
+        )

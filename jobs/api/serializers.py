@@ -1,0 +1,286 @@
+"""The job JSON shapes. Output serializers render jobs; the input ones describe the request
+bodies for the OpenAPI schema only: `jobs.validation.clean_job_input` (called by the
+services) is the one place that validates a job, so its rules are not repeated here. The
+bounds below mirror it for the schema's sake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
+from rest_framework import serializers
+
+from jobs.models import Job
+from jobs.schedule_fields import schedule_from_fields
+from jobs.schedules import MAX_INTERVAL_SECONDS, describe
+from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMPLE_FIELDS
+from runs import states
+from scheduler_site.api.fields import StrictSerializer
+
+STATES = ("active", "paused")
+
+
+def _bounds(name: str) -> dict[str, int]:
+    _, low, high = SIMPLE_FIELDS[name]
+    return {"min_value": low, "max_value": high}
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class JSONObjectField(serializers.JSONField):
+    """A JSON object (the service checks the type and the size)."""
+
+
+class CronScheduleSerializer(serializers.Serializer):
+    cron = serializers.CharField(help_text="The expression as written (`H` unresolved).")
+    timezone = serializers.CharField(help_text="An IANA time zone name.")
+    description = serializers.CharField(help_text="The schedule in words (`H` resolved).")
+
+
+class IntervalScheduleSerializer(serializers.Serializer):
+    interval_seconds = serializers.IntegerField()
+    description = serializers.CharField(help_text="The schedule in words.")
+
+
+class HttpTargetSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["http"])
+    url = serializers.CharField()
+    method = serializers.ChoiceField(choices=HTTP_METHODS)
+    headers = serializers.DictField(child=serializers.CharField())
+
+
+class TaskTargetSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["task"])
+    task = serializers.CharField(help_text="A registered task name, e.g. builtin.noop.")
+
+
+class RetrySerializer(serializers.Serializer):
+    max_attempts = serializers.IntegerField()
+    backoff_seconds = serializers.FloatField(help_text="The delay before the first retry.")
+    backoff_multiplier = serializers.FloatField(help_text="Each further delay is this much longer.")
+    backoff_max_seconds = serializers.FloatField(help_text="No delay is longer.")
+    jitter = serializers.BooleanField(source="retry_jitter", help_text="Randomise each delay.")
+
+
+SCHEDULE = PolymorphicProxySerializer(
+    component_name="Schedule",
+    serializers=[CronScheduleSerializer, IntervalScheduleSerializer],
+    resource_type_field_name=None,
+)
+TARGET = PolymorphicProxySerializer(
+    component_name="Target",
+    serializers={"http": HttpTargetSerializer, "task": TaskTargetSerializer},
+    resource_type_field_name="type",
+)
+
+
+def schedule_json(job: Job) -> dict[str, Any] | None:
+    schedule = schedule_from_fields(
+        kind=job.schedule_kind,
+        cron_resolved=job.cron_resolved,
+        timezone=job.timezone,
+        interval_seconds=job.interval_seconds,
+        anchor_at=job.anchor_at,
+        dst_gap=job.dst_gap,
+        dst_repeat=job.dst_repeat,
+    )
+    if schedule is None:
+        return None
+    if job.schedule_kind == "cron":
+        return {
+            "cron": job.cron_expression,
+            "timezone": job.timezone,
+            "description": describe(schedule),
+        }
+    return {"interval_seconds": job.interval_seconds, "description": describe(schedule)}
+
+
+def target_json(job: Job) -> dict[str, Any]:
+    """Only the documented keys: whatever else a target holds stays inside."""
+    target = job.target or {}
+    if job.target_type == "http":
+        return {
+            "type": "http",
+            "url": target.get("url"),
+            "method": target.get("method", "POST"),
+            "headers": target.get("headers") or {},
+        }
+    return {"type": "task", "task": target.get("task")}
+
+
+@extend_schema_field(SCHEDULE)
+class ScheduleField(serializers.Field):
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        return schedule_json(job)
+
+
+@extend_schema_field(TARGET)
+class TargetField(serializers.Field):
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        return target_json(job)
+
+
+class LastRunSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="last_run_id")
+    status = serializers.ChoiceField(choices=states.ALL, source="last_run_status")
+    finished_at = serializers.DateTimeField(source="last_run_finished_at", allow_null=True)
+
+
+@extend_schema_field(LastRunSerializer(allow_null=True))
+class LastRunField(serializers.Field):
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        if getattr(job, "last_run_id", None) is None:
+            return None
+        return LastRunSerializer(job).data
+
+
+class JobSerializer(serializers.Serializer):
+    """A job as the API shows it."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    schedule = ScheduleField(source="*", allow_null=True, help_text="null: on demand only.")
+    target = TargetField(source="*")
+    payload = JSONObjectField()
+    retry = RetrySerializer(source="*")
+    timeout_seconds = serializers.IntegerField()
+    priority = serializers.ChoiceField(choices=PRIORITIES)
+    concurrency_policy = serializers.ChoiceField(choices=CONCURRENCY)
+    max_concurrent_runs = serializers.IntegerField()
+    misfire_policy = serializers.ChoiceField(choices=MISFIRE)
+    misfire_grace_seconds = serializers.IntegerField()
+    jitter_seconds = serializers.IntegerField()
+    dst_gap = serializers.ChoiceField(choices=["shift", "skip"])
+    dst_repeat = serializers.ChoiceField(choices=["first", "last", "both"])
+    depends_on = serializers.SerializerMethodField()
+    state = serializers.ChoiceField(choices=STATES)
+    paused_reason = serializers.CharField()
+    next_run_at = serializers.DateTimeField(allow_null=True)
+    last_run = LastRunField(source="*", allow_null=True, help_text="The latest run due by now.")
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_depends_on(self, job: Job) -> list[int]:
+        return [link.upstream_id for link in getattr(job, "upstreams", [])]
+
+
+# --- request shapes ----------------------------------------------------------------------
+
+
+class CronScheduleInputSerializer(serializers.Serializer):
+    cron = serializers.CharField(
+        max_length=200,
+        help_text="5 fields (minute hour day-of-month month day-of-week), a macro such as "
+        "@daily, and Jenkins `H` (a stable per-job value).",
+    )
+    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
+
+
+class IntervalScheduleInputSerializer(serializers.Serializer):
+    interval_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_INTERVAL_SECONDS,
+        help_text="At least SCHEDULER_MIN_INTERVAL_SECONDS (60 by default).",
+    )
+    start_at = serializers.DateTimeField(
+        required=False,
+        help_text="The anchor: fire times are start_at + k * interval_seconds (default: now).",
+    )
+
+
+class HttpTargetInputSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["http"])
+    url = serializers.CharField(
+        max_length=2048,
+        help_text="An http(s) URL; internal addresses "
+        "are refused unless SCHEDULER_HTTP_ALLOW_NETWORKS allows them.",
+    )
+    method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
+    headers = serializers.DictField(
+        child=serializers.CharField(),
+        default=dict,
+        help_text="At most SCHEDULER_MAX_HEADERS_BYTES.",
+    )
+
+
+class RetryInputSerializer(serializers.Serializer):
+    """A partial retry object: the keys left out keep their current (or default) values."""
+
+    max_attempts = serializers.IntegerField(min_value=1, max_value=100, default=3)
+    backoff_seconds = serializers.FloatField(min_value=0, max_value=86400, default=10.0)
+    backoff_multiplier = serializers.FloatField(min_value=1, max_value=100, default=2.0)
+    backoff_max_seconds = serializers.FloatField(min_value=0, max_value=604800, default=3600.0)
+    jitter = serializers.BooleanField(default=True)
+
+
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="ScheduleInput",
+        serializers=[CronScheduleInputSerializer, IntervalScheduleInputSerializer],
+        resource_type_field_name=None,
+    )
+)
+class ScheduleInputField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="TargetInput",
+        serializers={"http": HttpTargetInputSerializer, "task": TaskTargetSerializer},
+        resource_type_field_name="type",
+    )
+)
+class TargetInputField(serializers.JSONField):
+    pass
+
+
+class JobInputSerializer(serializers.Serializer):
+    """A job to create, or (PATCH) the fields to change. Only `name`, `target` and one of
+    `schedule` (null for on-demand) or `depends_on` are required to create a job."""
+
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
+    schedule = ScheduleInputField(
+        required=False,
+        allow_null=True,
+        help_text="null: the job runs on demand or as a dependency only.",
+    )
+    target = TargetInputField()
+    payload = JSONObjectField(required=False, help_text="At most SCHEDULER_MAX_PAYLOAD_BYTES.")
+    retry = RetryInputSerializer(required=False)
+    timeout_seconds = serializers.IntegerField(required=False, **_bounds("timeout_seconds"))
+    priority = serializers.ChoiceField(choices=PRIORITIES, required=False)
+    concurrency_policy = serializers.ChoiceField(choices=CONCURRENCY, required=False)
+    max_concurrent_runs = serializers.IntegerField(required=False, **_bounds("max_concurrent_runs"))
+    misfire_policy = serializers.ChoiceField(choices=MISFIRE, required=False)
+    misfire_grace_seconds = serializers.IntegerField(
+        required=False, **_bounds("misfire_grace_seconds")
+    )
+    jitter_seconds = serializers.IntegerField(required=False, **_bounds("jitter_seconds"))
+    dst_gap = serializers.ChoiceField(choices=["shift", "skip"], required=False)
+    dst_repeat = serializers.ChoiceField(choices=["first", "last", "both"], required=False)
+    depends_on = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        help_text="Upstream job ids of this tenant; the graph must stay acyclic.",
+    )
+
+
+class PauseSerializer(StrictSerializer):
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=500, help_text="Shown on the job."
+    )
+
+
+class TriggerSerializer(StrictSerializer):
+    payload = JSONObjectField(
+        required=False, allow_null=True, help_text="Replaces the job's payload for this run only."
+    )
+
+
+class JobFilterSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=STATES, required=False)
+    priority = serializers.ChoiceField(choices=PRIORITIES, required=False)
+    q = serializers.CharField(required=False, max_length=200, help_text="Part of the name.")

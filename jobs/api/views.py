@@ -1,0 +1,189 @@
+"""Job endpoints: one thin handler per operation (validate the request's shape, call the
+service, serialize the result). Errors are raised, and scheduler_site.api.problems turns
+them into problem+json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from jobs import selectors, services
+from jobs.models import Job
+from runs.api.serializers import RunSerializer
+from runs.selectors import run_get
+from scheduler_site.api.fields import query, validated
+from scheduler_site.api.pagination import KeysetPagination, page_of
+from scheduler_site.api.problems import READ_PROBLEMS, WRITE_PROBLEMS, problem_responses
+from scheduler_site.api.throttling import ManualTriggerThrottle
+from scheduler_site.api.views import ApiView
+
+from .serializers import (
+    JobFilterSerializer,
+    JobInputSerializer,
+    JobSerializer,
+    PauseSerializer,
+    TriggerSerializer,
+)
+
+TAGS = ["jobs"]
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "minLength": 1, "maxLength": 200},
+    OpenApiParameter.HEADER,
+    description="1 to 200 characters. The same key returns the run it created the first "
+    "time (with `Idempotent-Replayed: true`).",
+)
+TRIGGER_HEADERS = [
+    OpenApiParameter(
+        "Location", str, OpenApiParameter.HEADER, response=[202], description="The run's URL."
+    ),
+    OpenApiParameter(
+        "Idempotent-Replayed",
+        str,
+        OpenApiParameter.HEADER,
+        response=[202],
+        enum=["true", "false"],
+        description="`true` when the Idempotency-Key had already created this run.",
+    ),
+]
+
+
+class JobPagination(KeysetPagination):
+    ordering = ("id",)
+
+
+class JobView(ApiView):
+    """Shared by the job endpoints: a job's JSON as of now."""
+
+    def job_json(self, job_id: int) -> dict[str, Any]:
+        return JobSerializer(selectors.job_get(job_id=job_id, now=self.clock.now())).data
+
+    def job_url(self, request: Request, job: Job) -> str:
+        return request.build_absolute_uri(reverse("api:job", kwargs={"job_id": job.id}))
+
+
+class JobCollectionView(JobView):
+    @extend_schema(
+        operation_id="jobs_list",
+        tags=TAGS,
+        summary="List jobs",
+        parameters=[JobFilterSerializer, *JobPagination.parameters()],
+        responses={200: page_of(JobSerializer), **problem_responses(400, *READ_PROBLEMS)},
+    )
+    def get(self, request: Request) -> Response:
+        filters = query(JobFilterSerializer, request)
+        jobs = selectors.job_list(now=self.clock.now(), **filters)
+        paginator = JobPagination()
+        page = paginator.paginate_queryset(jobs, request, self)
+        return paginator.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="jobs_create",
+        tags=TAGS,
+        summary="Create a job",
+        request=JobInputSerializer,
+        responses={201: JobSerializer, **problem_responses(*WRITE_PROBLEMS)},
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data
+        job = services.job_create(data=data, **self.services_kwargs(request))
+        headers = {"Location": self.job_url(request, job)}
+        return Response(self.job_json(job.id), status=201, headers=headers)
+
+
+class JobDetailView(JobView):
+    @extend_schema(
+        operation_id="jobs_retrieve",
+        tags=TAGS,
+        summary="Read a job",
+        responses={200: JobSerializer, **problem_responses(404, *READ_PROBLEMS)},
+    )
+    def get(self, request: Request, job_id: int) -> Response:
+        return Response(self.job_json(job_id))
+
+    @extend_schema(
+        operation_id="jobs_update",
+        tags=TAGS,
+        summary="Change some fields of a job",
+        description="Only the fields given change; a new schedule recomputes the next fire "
+        "time and cancels runs materialised for the old one.",
+        request=JobInputSerializer(partial=True),
+        responses={200: JobSerializer, **problem_responses(404, *WRITE_PROBLEMS)},
+    )
+    def patch(self, request: Request, job_id: int) -> Response:
+        services.job_update(job_id=job_id, data=request.data, **self.services_kwargs(request))
+        return Response(self.job_json(job_id))
+
+    @extend_schema(
+        operation_id="jobs_destroy",
+        tags=TAGS,
+        summary="Delete a job (soft)",
+        description="No future runs; the run history stays readable under /runs?job=<id>.",
+        responses={204: None, **problem_responses(404, 403, *READ_PROBLEMS)},
+    )
+    def delete(self, request: Request, job_id: int) -> Response:
+        services.job_delete(job_id=job_id, **self.services_kwargs(request))
+        return Response(status=204)
+
+
+class JobPauseView(JobView):
+    @extend_schema(
+        operation_id="jobs_pause",
+        tags=TAGS,
+        summary="Pause a job",
+        request=PauseSerializer,
+        responses={200: JobSerializer, **problem_responses(404, *WRITE_PROBLEMS)},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        reason = validated(PauseSerializer, request.data).get("reason", "")
+        services.job_pause(job_id=job_id, reason=reason, **self.services_kwargs(request))
+        return Response(self.job_json(job_id))
+
+
+class JobResumeView(JobView):
+    @extend_schema(
+        operation_id="jobs_resume",
+        tags=TAGS,
+        summary="Resume a paused job",
+        description="Slots missed while paused are handled by the job's misfire policy.",
+        request=None,
+        responses={200: JobSerializer, **problem_responses(404, 403, *READ_PROBLEMS)},
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        services.job_resume(job_id=job_id, **self.services_kwargs(request))
+        return Response(self.job_json(job_id))
+
+
+class JobTriggerView(JobView):
+    throttle_classes = [ManualTriggerThrottle]
+
+    @extend_schema(
+        operation_id="jobs_run",
+        tags=TAGS,
+        summary="Run a job now",
+        description="Manual triggers are limited to SCHEDULER_MANUAL_TRIGGERS_PER_MINUTE per "
+        "tenant (429 with Retry-After beyond).",
+        request=TriggerSerializer,
+        parameters=[IDEMPOTENCY_KEY, *TRIGGER_HEADERS],
+        responses={
+            202: OpenApiResponse(RunSerializer, "The run (new, or the one the key created)."),
+            **problem_responses(404, 429, *WRITE_PROBLEMS),
+        },
+    )
+    def post(self, request: Request, job_id: int) -> Response:
+        payload = validated(TriggerSerializer, request.data).get("payload")
+        run, created = services.job_trigger(
+            job_id=job_id,
+            payload=payload,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            **self.services_kwargs(request),
+        )
+        headers = {
+            "Location": request.build_absolute_uri(reverse("api:run", kwargs={"run_id": run.id})),
+            "Idempotent-Replayed": "false" if created else "true",
+        }
+        return Response(RunSerializer(run_get(run_id=run.id)).data, status=202, headers=headers)

@@ -1,0 +1,74 @@
+"""/api/v1/: the same routes on the public host (tenant from the token) and on a tenant's
+domain. Ids outside PostgreSQL's bigint range do not match, so they are 404s like any
+unknown id rather than database errors."""
+
+from __future__ import annotations
+
+from django.urls import include, path, re_path, register_converter
+
+from jobs.api.preview import SchedulePreviewView
+from jobs.api.views import (
+    JobCollectionView,
+    JobDetailView,
+    JobPauseView,
+    JobResumeView,
+    JobTriggerView,
+)
+from runs.api.views import (
+    DlqCollectionView,
+    DlqReplayView,
+    JobBackfillView,
+    RunCancelView,
+    RunCollectionView,
+    RunDetailView,
+    RunReplayView,
+)
+
+from .fields import BIGINT_MAX
+from .views import ApiNotFoundView, DocsView, SchemaView
+
+
+class JobIdConverter:
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if number > BIGINT_MAX:
+            raise ValueError("out of range")
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
+register_converter(JobIdConverter, "job_id")
+
+app_name = "api"
+
+endpoints = [
+    path("jobs", JobCollectionView.as_view(), name="jobs"),
+    path("jobs/<job_id:job_id>", JobDetailView.as_view(), name="job"),
+    path("jobs/<job_id:job_id>/pause", JobPauseView.as_view(), name="job-pause"),
+    path("jobs/<job_id:job_id>/resume", JobResumeView.as_view(), name="job-resume"),
+    path("jobs/<job_id:job_id>/run", JobTriggerView.as_view(), name="job-run"),
+    path("jobs/<job_id:job_id>/backfill", JobBackfillView.as_view(), name="job-backfill"),
+    path("runs", RunCollectionView.as_view(), name="runs"),
+    path("runs/<uuid:run_id>", RunDetailView.as_view(), name="run"),
+    path("runs/<uuid:run_id>/cancel", RunCancelView.as_view(), name="run-cancel"),
+    path("runs/<uuid:run_id>/replay", RunReplayView.as_view(), name="run-replay"),
+    path("dlq", DlqCollectionView.as_view(), name="dlq"),
+    path("dlq/replay", DlqReplayView.as_view(), name="dlq-replay"),
+    path("schedule/preview", SchedulePreviewView.as_view(), name="schedule-preview"),
+]
+
+urlpatterns = [
+    *endpoints,
+    # The schema describes exactly the endpoints above, wherever this module is mounted.
+    path(
+        "openapi.json",
+        SchemaView.as_view(patterns=[path("api/v1/", include((endpoints, "api")))]),
+        name="openapi",
+    ),
+    path("docs", DocsView.as_view(), name="docs"),
+    re_path(r"^", ApiNotFoundView.as_view(), name="not-found"),
+]

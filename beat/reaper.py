@@ -80,6 +80,20 @@ def reap_lost(cursor, schema: str, now: datetime, timeout_seconds: float) -> Rea
 def _record_lost(
     cursor, schema: str, run_id, attempt: int, decision, error: str, now: datetime
 ) -> None:
+    # Attempts are written when they end; the lost one ends here, with what the run knew.
+    cursor.execute(
+        sql.SQL(
+            """
+            INSERT INTO {attempts} (run_id, number, outcome, worker, started_at, finished_at,
+                                    error, output)
+            SELECT id, %s, 'lost', worker, coalesce(started_at, %s), %s, %s, ''
+            FROM {runs} WHERE id = %s
+            ON CONFLICT (run_id, number) DO UPDATE SET outcome = 'lost',
+                finished_at = EXCLUDED.finished_at, error = EXCLUDED.error
+            """
+        ).format(attempts=table(schema, "runs_attempt"), runs=table(schema, "runs_run")),
+        [attempt, now, now, error, run_id],
+    )
     cursor.execute(
         sql.SQL(
             "UPDATE {} SET status = %s, attempt = %s, due_at = coalesce(%s, due_at), "
@@ -93,13 +107,6 @@ def _record_lost(
             error,
             run_id,
         ],
-    )
-    cursor.execute(
-        sql.SQL(
-            "UPDATE {} SET outcome = 'lost', finished_at = %s, error = %s "
-            "WHERE run_id = %s AND number = %s AND outcome = 'running'"
-        ).format(table(schema, "runs_attempt")),
-        [now, error, run_id, attempt],
     )
 
 

@@ -22,17 +22,22 @@ def main(argv: list[str] | None = None) -> int:
     lag.add_argument("--count", type=int, default=10_000)
     lag.add_argument("--spread", type=int, default=0, help="seconds the due instants span")
     lag.add_argument("--tenants", type=int, default=10)
+    thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
+    thr.add_argument("--count", type=int, default=5000)
+    thr.add_argument("--repeats", type=int, default=3)
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
-    from . import fire_lag, leader_cost
+    from . import fire_lag, leader_cost, throughput
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
         result = leader_cost.run(sizes, args.due, args.tenants, args.repeats)
+    elif args.bench == "throughput":
+        result = throughput.run(args.count, args.repeats)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:

@@ -108,10 +108,43 @@ def _job_row(n, name, cron, next_run_at, spread_seconds, rng, now) -> tuple:
         when = next_run_at + timedelta(seconds=offset)
     anchor = when if interval else None
     return (
-        f"{name}-{n}", "", kind, expr, expr, "UTC", interval, anchor, f"{n:016x}", 0,
-        "shift", "first", "task", TARGET, "{}", 3, 10.0, 2.0, 3600.0, True, 300, "normal",
-        "allow", 1, "run_once", 3600, False, "", None, None, None, when, 1, "bench", now, now,
-    )  # fmt: skip
+        f"{name}-{n}",
+        "",
+        kind,
+        expr,
+        expr,
+        "UTC",
+        interval,
+        anchor,
+        f"{n:016x}",
+        0,
+        "shift",
+        "first",
+        "task",
+        TARGET,
+        "{}",
+        3,
+        10.0,
+        2.0,
+        3600.0,
+        True,
+        300,
+        "normal",
+        "allow",
+        1,
+        "run_once",
+        3600,
+        False,
+        "",
+        None,
+        None,
+        None,
+        when,
+        1,
+        "bench",
+        now,
+        now,
+    )
 
 
 def index_jobs(client, tenant: Tenant, *, where: str = "TRUE", chunk: int = 50_000) -> int:

@@ -11,12 +11,12 @@ class TaskFailed(Exception):
     pass
 
 
-@register_task("builtin.noop")
+@register_task("builtin.noop", tenant_schema=False)
 def noop(payload: dict, context: RunContext) -> dict:
     return {"ok": True}
 
 
-@register_task("builtin.sleep")
+@register_task("builtin.sleep", tenant_schema=False)
 def sleep(payload: dict, context: RunContext) -> dict:
     """Sleep `seconds` (default 1), waking every 0.2 s to honour a cancellation."""
     seconds = float(payload.get("seconds", 1))
@@ -28,7 +28,7 @@ def sleep(payload: dict, context: RunContext) -> dict:
     return {"slept": seconds}
 
 
-@register_task("builtin.fail")
+@register_task("builtin.fail", tenant_schema=False)
 def fail(payload: dict, context: RunContext) -> dict:
     """Fail the first `times` attempts (default: every attempt), then succeed."""
     times = payload.get("times")

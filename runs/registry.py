@@ -13,6 +13,7 @@ from typing import Any
 
 TaskFunction = Callable[[dict, "RunContext"], Any]
 _REGISTRY: dict[str, TaskFunction] = {}
+_NO_SCHEMA: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,26 @@ class RunContext:
     should_stop: Callable[[], bool] = lambda: False  # True once the run is cancelled
 
 
-def register_task(name: str) -> Callable[[TaskFunction], TaskFunction]:
+def register_task(
+    name: str, *, tenant_schema: bool = True
+) -> Callable[[TaskFunction], TaskFunction]:
+    """Register `func` under `name`. It runs with the connection in its tenant's schema, so
+    the ORM sees that tenant's tables; `tenant_schema=False` skips the switch (and its
+    SET search_path round trips) for tasks that never touch the database."""
+
     def decorator(func: TaskFunction) -> TaskFunction:
         if name in _REGISTRY and _REGISTRY[name] is not func:
             raise ValueError(f"task {name!r} is registered twice")
         _REGISTRY[name] = func
+        if not tenant_schema:
+            _NO_SCHEMA.add(name)
         return func
 
     return decorator
+
+
+def needs_tenant_schema(name: str) -> bool:
+    return name not in _NO_SCHEMA
 
 
 def get_task(name: str) -> TaskFunction | None:

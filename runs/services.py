@@ -18,7 +18,7 @@ from jobs.services import Actor, JobNotFound, enqueue_runs_on_commit
 from tenants.models import Tenant
 
 from . import states
-from .models import Run
+from .models import Attempt, Run
 
 
 class RunNotFound(Exception):
@@ -60,9 +60,17 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
         run.status, run.finished_at = states.CANCELLED, now
         run.error = f"cancelled by {actor.label}"
         run.save(update_fields=["status", "finished_at", "error"])
-        if previous == states.RUNNING:
-            run.attempts.filter(number=run.attempt, outcome="running").update(
-                outcome="cancelled", finished_at=now, error=run.error
+        if previous == states.RUNNING:  # attempts are recorded when they end: this one here
+            Attempt.objects.update_or_create(
+                run=run,
+                number=run.attempt,
+                defaults={
+                    "outcome": "cancelled",
+                    "finished_at": now,
+                    "error": run.error,
+                    "worker": run.worker,
+                    "started_at": run.started_at or now,
+                },
             )
         _audit(actor, "cancel", run, {"from": previous})
     return run

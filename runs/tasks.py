@@ -7,7 +7,6 @@ import socket
 from celery import shared_task
 from django.conf import settings
 from django.db import connection
-from django_tenants.utils import schema_context
 
 from beat.clock import SystemClock
 
@@ -24,16 +23,15 @@ HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS, CLOCK.now)
 )
 def execute_run(schema: str, run_id: str, attempt: int) -> str:
     try:
-        # Registered tasks may use the ORM: they see their own tenant's schema.
-        with schema_context(schema):
-            return run_execute(
-                schema=schema,
-                run_id=run_id,
-                attempt=attempt,
-                worker=WORKER,
-                clock=CLOCK,
-                heartbeats=HEARTBEATS,
-            )
+        return run_execute(
+            schema=schema,
+            run_id=run_id,
+            attempt=attempt,
+            worker=WORKER,
+            clock=CLOCK,
+            heartbeats=HEARTBEATS,
+        )
     finally:
-        # A reused connection must never carry this tenant's search_path into the next task.
-        connection.set_schema_to_public()
+        # A reused connection must never carry a tenant's search_path into the next task.
+        if connection.schema_name != "public":
+            connection.set_schema_to_public()

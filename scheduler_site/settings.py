@@ -36,6 +36,8 @@ SHARED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "scheduler_site",
 ]
 TENANT_APPS = [
@@ -53,6 +55,9 @@ PUBLIC_SCHEMA_URLCONF = "scheduler_site.urls_public"
 ROOT_URLCONF = "scheduler_site.urls_tenant"
 # Any host that is not a tenant's domain gets the public site: admin, API, health checks.
 SHOW_PUBLIC_IF_NO_TENANT_FOUND = True
+# Issue `SET search_path` once per schema change (django-tenants resets its cache on every
+# set_tenant, rollback and close), not before every query: a round trip per cursor saved.
+TENANT_LIMIT_SET_CALLS = True
 
 MIDDLEWARE = [
     "django_tenants.middleware.main.TenantMainMiddleware",
@@ -84,9 +89,30 @@ TEMPLATES = [
 WSGI_APPLICATION = "scheduler_site.wsgi.application"
 
 DATABASE_URL = env_str("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/tickwork")
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+DB_POOL_MAX_SIZE = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
+_db = dj_database_url.parse(
+    DATABASE_URL, conn_max_age=0 if DB_POOL_MAX_SIZE else env_int("DB_CONN_MAX_AGE", 60)
+)
 _db["ENGINE"] = "django_tenants.postgresql_backend"
-_db["CONN_HEALTH_CHECKS"] = True
+# Off (Django's default): a check costs a SELECT 1 per request or task; a connection
+# that failed is closed anyway by close_old_connections() before the next one.
+_db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
+# Server-side parameter binding lets psycopg prepare statements that run again and again
+# (a worker's claim and finish, the leader's fire): planning them cost ~1 ms each, more
+# than executing them. Prepared plans follow search_path changes (PostgreSQL re-plans a
+# cached statement when search_path differs), so tenant switching stays correct.
+# Behind a transaction-pooling PgBouncer, set DB_PREPARE_THRESHOLD=0 (no prepared statements).
+if env_int("DB_PREPARE_THRESHOLD", 5, minimum=0):
+    _db.setdefault("OPTIONS", {})["server_side_binding"] = True
+    _db["OPTIONS"]["prepare_threshold"] = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
+if DB_POOL_MAX_SIZE:
+    # A connection pool per process (psycopg_pool): a worker with hundreds of threads, most
+    # of them waiting on I/O, shares a few connections instead of holding one per thread.
+    _db.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": env_float("DB_POOL_TIMEOUT_SECONDS", 30.0, minimum=1.0),
+    }
 _db.setdefault("TEST", {})["NAME"] = env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")
 DATABASES = {"default": _db}
 DATABASE_ROUTERS = ("django_tenants.routers.TenantSyncRouter",)
@@ -160,6 +186,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes database connections around every task unless this is set;
+# scheduler_site/celery.py recycles them the way Django does around requests instead.
+CELERY_DB_REUSE_MAX = 1_000_000_000
 SCHEDULER_VISIBILITY_TIMEOUT_SECONDS = env_int(
     "SCHEDULER_VISIBILITY_TIMEOUT_SECONDS", 300, minimum=10
 )
@@ -176,3 +205,44 @@ SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
 )
 
+# --- REST API (issue 5) ---------------------------------------------------------------------
+SCHEDULER_API_MAX_BODY_BYTES = env_int("SCHEDULER_API_MAX_BODY_BYTES", 1_048_576, minimum=1024)
+SCHEDULER_MANUAL_TRIGGERS_PER_MINUTE = env_int(
+    "SCHEDULER_MANUAL_TRIGGERS_PER_MINUTE", 60, minimum=1
+)
+SCHEDULER_API_PAGE_SIZE = env_int("SCHEDULER_API_PAGE_SIZE", 50, minimum=1)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "scheduler_site.api.authentication.BearerTokenAuthentication",
+        "scheduler_site.api.authentication.TenantSessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["scheduler_site.api.parsers.CappedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the schema is /api/v1/openapi.json
+    "EXCEPTION_HANDLER": "scheduler_site.api.problems.problem_exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tickwork API",
+    "DESCRIPTION": "Jobs, runs, the dead-letter queue and schedule previews of one tenant. "
+    "Errors are application/problem+json (RFC 9457). See docs/api.md.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Ids beyond PostgreSQL's bigint do not match the route (404), so the schema says so.
+    "PATH_CONVERTER_OVERRIDES": {
+        "job_id": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
+    },
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.states.ALL",
+        "HttpTargetTypeEnum": ["http"],
+        "TaskTargetTypeEnum": ["task"],
+    },
+}

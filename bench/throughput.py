@@ -1,0 +1,153 @@
+"""End-to-end throughput of `builtin.noop` runs (published to finished) on one worker of
+two prefork processes, side by side with plain Celery running a no-op task on the same
+worker: the ratio is what our bookkeeping (claim, attempt row, outcome) costs."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+from django.db import connection
+from django_tenants.utils import schema_context
+from psycopg import sql
+
+from beat.clock import SystemClock
+from beat.messages import build_message
+from beat.store import pg_array, table
+from jobs.services import Actor, job_create
+from runs.ids import uuid7
+from scheduler_site.redis_client import get_redis
+
+from .celery_tasks import PLAIN_COUNTER
+from .processes import start_worker, stop, wait_until
+from .world import bench_tenants, drop_bench_data
+
+QUEUE, PLAIN_QUEUE = "runs.normal.0", "bench.plain"
+
+
+def _publish(client, queue: str, messages: list[bytes]) -> None:
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(messages), 1000):
+        pipe.lpush(queue, *messages[start : start + 1000])
+    pipe.execute()
+
+
+def _plain_round(client, count: int) -> float:
+    client.delete(PLAIN_COUNTER)
+    messages = [
+        build_message(
+            task_name="bench.plain_noop",
+            task_id=str(uuid.uuid4()),
+            args=[],
+            queue=PLAIN_QUEUE,
+            origin="bench",
+        )
+        for _ in range(count)
+    ]
+    started = time.perf_counter()
+    _publish(client, PLAIN_QUEUE, messages)
+    assert wait_until(lambda: int(client.get(PLAIN_COUNTER) or 0) >= count, 600, 0.02)
+    return count / (time.perf_counter() - started)
+
+
+def _queued_runs(schema: str, job_id: int, count: int) -> list[str]:
+    ids = [str(uuid7()) for _ in range(count)]
+    query = sql.SQL(
+        "INSERT INTO {} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason, "
+        "attempt, worker, error, created_at, queued_at) SELECT u, %s, 'manual', now(), now(), "
+        "'queued', '', 1, '', '', now(), now() FROM unnest(%s::uuid[]) u"
+    ).format(table(schema, "runs_run"))
+    with connection.cursor() as cursor:
+        cursor.execute(query, [job_id, ids])
+    return ids
+
+
+def _succeeded(schema: str, ids: str) -> int:
+    query = sql.SQL(
+        "SELECT count(*) FROM {} WHERE status = 'succeeded' AND id = ANY(%s::uuid[])"
+    ).format(table(schema, "runs_run"))
+    with connection.cursor() as cursor:
+        cursor.execute(query, [ids])
+        return cursor.fetchone()[0]
+
+
+def _last_finish(schema: str, ids: str) -> float:
+    query = sql.SQL("SELECT max(finished_at) FROM {} WHERE id = ANY(%s::uuid[])").format(
+        table(schema, "runs_run")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query, [ids])
+        return cursor.fetchone()[0].timestamp()
+
+
+def _ours_round(client, schema: str, job_id: int, count: int) -> float:
+    ids = _queued_runs(schema, job_id, count)
+    messages = [
+        build_message(
+            task_name="runs.execute_run",
+            task_id=run_id,
+            args=[schema, run_id, 1],
+            queue=QUEUE,
+            origin="bench",
+        )
+        for run_id in ids
+    ]
+    literal = pg_array(ids)
+    started = time.time()
+    _publish(client, QUEUE, messages)
+    # Poll gently (the poll must not compete with the worker for the database), then
+    # time the batch by its last finish as recorded by the worker.
+    assert wait_until(lambda: _succeeded(schema, literal) >= count, 600, 0.5)
+    return count / (_last_finish(schema, literal) - started)
+
+
+def run(count: int = 5000, repeats: int = 3, concurrency: int = 2) -> dict:
+    client = get_redis()
+    [tenant] = bench_tenants(1)
+    drop_bench_data(client, [tenant])
+    with schema_context(tenant.schema_name):
+        job = job_create(
+            tenant=tenant,
+            actor=Actor("bench"),
+            clock=SystemClock(),
+            data={
+                "name": "noop",
+                "schedule": None,
+                "target": {"type": "task", "task": "builtin.noop"},
+            },
+        )
+    client.flushdb()  # no leader runs here: the bench publishes as the leader would
+    worker = start_worker(
+        "-c",
+        str(concurrency),
+        "-Q",
+        f"{QUEUE},{PLAIN_QUEUE}",
+        "-I",
+        "bench.celery_tasks",
+        log=Path("bench/results/worker.log"),
+    )
+    try:
+        _plain_round(client, 50)  # warm-up: the worker is up and connected
+        plain, ours = [], []
+        for _ in range(repeats):
+            plain.append(_plain_round(client, count))
+            ours.append(_ours_round(client, tenant.schema_name, job.id, count))
+    finally:
+        stop(worker)
+    result = {
+        "runs": count,
+        "repeats": repeats,
+        "worker_processes": concurrency,
+        "plain_celery_per_s": statistics.median(plain),
+        "tickwork_per_s": statistics.median(ours),
+        "ratio": statistics.median(o / p for o, p in zip(ours, plain, strict=True)),
+    }
+    print(
+        f"noop throughput, {count:,} each, {concurrency} worker processes, median of "
+        f"{repeats}: plain Celery {result['plain_celery_per_s']:,.0f}/s, Tickwork "
+        f"{result['tickwork_per_s']:,.0f}/s, ratio {result['ratio']:.2f}",
+        flush=True,
+    )
+    return result

@@ -54,6 +54,7 @@ def test_worker_killed_mid_run_is_reaped_retried_and_finishes(live, redis_client
     try:
         [run] = _trigger(alpha, job)
         wait_for(lambda: runs_of(alpha, id=run.id, status="running"), timeout=30)
+        wait_for(lambda: redis_client.llen(EXECUTIONS_KEY) == 1, timeout=30)  # task started
         procs[1].kill9()  # mid-run: the attempt never reports
         procs.append(worker(tmp_path, "w2", "-c", "1", **ENV))
         wait_for(lambda: runs_of(alpha, id=run.id, status="succeeded"), timeout=60)

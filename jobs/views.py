@@ -1,4 +1,4 @@
-"""Dashboard pages for a tenant's jobs (server-rendered)."""
+"""Dashboard pages for a tenant (server-rendered): its jobs and their latest runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,37 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from beat.clock import SystemClock
+from jobs.schedule_fields import schedule_from_fields
+from jobs.schedules import describe
+from runs.selectors import newest_runs, run_list
+
+from .selectors import job_list
+
+PAGE = 100
+
+
+def _schedule_words(job) -> str:
+    schedule = schedule_from_fields(
+        kind=job.schedule_kind,
+        cron_resolved=job.cron_resolved,
+        timezone=job.timezone,
+        interval_seconds=job.interval_seconds,
+        anchor_at=job.anchor_at,
+        dst_gap=job.dst_gap,
+        dst_repeat=job.dst_repeat,
+    )
+    return describe(schedule) if schedule is not None else "on demand / dependencies"
+
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/home.html", {"tenant": request.tenant})
+    now = SystemClock().now()
+    jobs = list(job_list(now=now).order_by("name", "id")[:PAGE])
+    for job in jobs:
+        job.schedule_words = _schedule_words(job)
+    runs = newest_runs(run_list(until=now), 25)
+    names = {job.id: job.name for job in jobs}
+    for run in runs:
+        run.job_name = names.get(run.job_id, f"job {run.job_id}")
+    return render(request, "dashboard/home.html", {"jobs": jobs, "runs": runs, "now": now})

@@ -16,6 +16,7 @@ from psycopg import sql
 
 from beat.clock import FakeClock
 from beat.engine import Engine, EngineConfig
+from beat.keys import index_key
 from beat.lease import bump_epoch
 from beat.store import table
 from scheduler_site.redis_client import get_redis
@@ -84,6 +85,28 @@ def measure(size: int, tenants, due: int, repeats: int) -> dict:
     }
 
 
+def storage_figures(client, tenants) -> dict:
+    """Redis bytes per indexed job and PostgreSQL bytes per job (table + indexes)."""
+    members = client.zcard(index_key())
+    index_bytes = client.memory_usage(index_key(), samples=0) or 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT sum(pg_total_relation_size(format('%%I.jobs_job', schema_name)::regclass)) "
+            "FROM public.tenants_tenant WHERE schema_name = ANY(%s)",
+            [[t.schema_name for t in tenants]],
+        )
+        jobs_bytes = int(cursor.fetchone()[0] or 0)
+        cursor.execute("SELECT pg_database_size(current_database())")
+        database_bytes = cursor.fetchone()[0]
+    return {
+        "index_members": members,
+        "redis_index_bytes_per_job": round(index_bytes / members, 1) if members else None,
+        "redis_used_memory_bytes": client.info("memory")["used_memory"],
+        "pg_jobs_bytes_per_job": round(jobs_bytes / members, 1) if members else None,
+        "pg_database_bytes": database_bytes,
+    }
+
+
 def run(
     sizes: list[int], due: int = 1000, tenant_count: int = 10, repeats: int = 5, keep: bool = False
 ) -> list[dict]:
@@ -98,11 +121,19 @@ def run(
         grow_seconds = _grow(client, tenants, size)
         row = measure(size, tenants, due, repeats)
         row["load_seconds"] = round(grow_seconds, 1)
+        row.update(storage_figures(client, tenants))
         results.append(row)
         print(
             f"registered {size:>10,}  due {due:,}  materialise {row['materialise_ms']:8.1f} ms"
             f"  fire {row['fire_ms']:7.1f} ms  iteration {row['iteration_ms']:8.1f} ms"
             f"  (load {grow_seconds:.1f}s)",
+            flush=True,
+        )
+        print(
+            f"    Redis index {row['redis_index_bytes_per_job']} B/job "
+            f"(used_memory {row['redis_used_memory_bytes'] / 2**20:,.0f} MiB); PostgreSQL jobs "
+            f"{row['pg_jobs_bytes_per_job']} B/job, database "
+            f"{row['pg_database_bytes'] / 2**30:.2f} GiB",
             flush=True,
         )
     if len(results) > 1:

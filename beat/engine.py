@@ -28,6 +28,7 @@ from .clock import Clock
 from .keys import index_key
 from .messages import build_message, push_messages, queue_for, time_limits
 from .planning import MisfireRules, plan_job
+from .rebuild import sync_index
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.engine")
@@ -297,6 +298,7 @@ class Engine:
             until = now + timedelta(seconds=self.config.lookahead_seconds)
         else:
             until = now - timedelta(seconds=1)
+        sync_index(self.client)
         return sum(self._load_pending(t, s, until) for t, s in self.tenants.all())
 
     # --- reap ------------------------------------------------------------------------------

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 from psycopg import sql
 
 from . import index
-from .keys import index_built_key, index_key
+from .keys import index_built_key, index_key, index_synced_key
 from .store import table
 from .tenant_directory import TenantDirectory
 
@@ -85,6 +85,7 @@ def _swap(client, tmp: str, live: str) -> None:
 
 
 def _catch_up(client, tenants: list[tuple[int, str]], since: datetime) -> int:
+    """Re-apply jobs edited since `since` to the index."""
     changed = 0
     for tenant_id, schema in tenants:
         columns = f"next_run_at, ({SCHEDULABLE}) AS schedulable"
@@ -108,6 +109,7 @@ def rebuild_index(client) -> RebuildResult:
     _swap(client, runs_tmp, index.runs_index_key())
     _catch_up(client, tenants, since)
     client.set(index_built_key(), since.isoformat())
+    client.set(index_synced_key(), since.isoformat())
     result = RebuildResult(len(tenants), jobs, runs, time.monotonic() - started_wall)
     log.info(
         "rebuilt the time index: %s jobs, %s waiting runs, %s tenants in %.2fs",
@@ -117,3 +119,22 @@ def rebuild_index(client) -> RebuildResult:
         result.seconds,
     )
     return result
+
+
+# Edits are re-applied from a little before the last sync: web hosts stamp updated_at with
+# their own clocks, which may lag the database's.
+SYNC_OVERLAP = timedelta(seconds=60)
+
+
+def sync_index(client) -> int:
+    """Re-apply jobs edited since the last sync (services write the index after commit; if
+    Redis did not answer then, this is where the edit reaches the index)."""
+    now = _db_now()
+    raw = client.get(index_synced_key())
+    if raw is None:
+        client.set(index_synced_key(), now.isoformat())
+        return 0
+    since = datetime.fromisoformat(raw.decode()) - SYNC_OVERLAP
+    changed = _catch_up(client, TenantDirectory().all(), since)
+    client.set(index_synced_key(), now.isoformat())
+    return changed

@@ -3,9 +3,11 @@ whose held (`queue` policy) runs may now go."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
+import redis
 from django.db import connection, transaction
 
 from beat import index
@@ -26,16 +28,22 @@ def enqueue_retry_on_commit(schema: str, run_id: Any, due_at: datetime) -> None:
     tenant_id = tenant_id_for(schema)
 
     def push() -> None:
-        client = get_redis()
-        pipe = client.pipeline(transaction=False)
-        index.put_runs(pipe, [(tenant_id, run_id, due_at)])
-        pipe.execute()
-        index.wake(client, "run")
+        try:
+            client = get_redis()
+            pipe = client.pipeline(transaction=False)
+            index.put_runs(pipe, [(tenant_id, run_id, due_at)])
+            pipe.execute()
+            index.wake(client, "run")
+        except redis.RedisError:
+            pass  # the relay finds the retry in PostgreSQL once it is overdue
 
     transaction.on_commit(push)
 
 
 def notify_finished(claimed) -> None:
+    """A `queue`-policy job's held runs may go now. Best effort: if Redis does not answer,
+    the leader's relay picks the held runs up within its sweep interval."""
     if claimed.concurrency_policy == "queue":
         tenant_id = tenant_id_for(claimed.schema)
-        index.wake(get_redis(), f"release:{tenant_id}:{claimed.job_id}")
+        with contextlib.suppress(redis.RedisError):
+            index.wake(get_redis(), f"release:{tenant_id}:{claimed.job_id}")

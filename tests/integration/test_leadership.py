@@ -152,3 +152,26 @@ def test_leader_sleeps_until_the_next_due_instant(live, redis_client):
     a.lead_once()  # materialised: the run waits for 12:01:00
     clock.set(utc(2026, 6, 1, 12, 0, 59, 800000))
     assert a.lead_once() == pytest.approx(0.2, abs=0.01)
+
+
+def test_job_change_made_while_redis_was_down_reaches_the_index(live, redis_client):
+    """The service commits to PostgreSQL and cannot reach Redis: the request must not fail,
+    and the leader's periodic sync must put the job in the index (no lost fire)."""
+    import socket
+
+    from django.test import override_settings
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a = _process(redis_client, clock, "a:1")
+    assert a.try_lead()  # builds the index and records the sync point
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed}/0"):
+        job = make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) is None
+    a.engine.relay(force=True)
+    assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) == (
+        job.next_run_at.timestamp()
+    )

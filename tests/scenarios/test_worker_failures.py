@@ -138,3 +138,29 @@ def test_worker_without_queues_takes_high_before_low(live, redis_client, tmp_pat
     order = [x.decode().split(":")[0] for x in redis_client.lrange(EXECUTIONS_KEY, 0, -1)]
     assert set(order[:4]) == {str(r.id) for r in high_runs}
     assert set(order[4:]) == {str(r.id) for r in low_runs}
+
+
+def test_task_over_its_timeout_is_stopped_and_follows_the_retry_policy(
+    live, redis_client, tmp_path
+):
+    """The per-job timeout reaches a prefork worker as Celery's soft time limit."""
+    alpha = live["alpha"].tenant
+    job = make_job(
+        alpha,
+        SystemClock(),
+        schedule=None,
+        timeout_seconds=1,
+        target={"type": "task", "task": "builtin.sleep"},
+        payload={"seconds": 30},
+        retry={"max_attempts": 1},
+    )
+    procs = [scheduler(tmp_path, "sched", **ENV), worker(tmp_path, "w1", "-c", "1", **ENV)]
+    try:
+        [run] = _trigger(alpha, job)
+        wait_for(lambda: runs_of(alpha, id=run.id, status="dead"), timeout=40)
+    finally:
+        for proc in procs:
+            proc.stop()
+    [dead] = runs_of(alpha, id=run.id)
+    assert "SoftTimeLimitExceeded" in dead.error
+    assert (dead.finished_at - dead.started_at).total_seconds() < 10  # not the 30 s asked

@@ -25,17 +25,23 @@ def main(argv: list[str] | None = None) -> int:
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
+    conc = sub.add_parser("concurrency", help="long runs held in flight by a thread worker")
+    conc.add_argument("--inflight", type=int, default=2000)
+    conc.add_argument("--db-pool", type=int, default=10)
+    conc.add_argument("--workers", type=int, default=1, help="worker processes")
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
-    from . import fire_lag, leader_cost, throughput
+    from . import concurrency, fire_lag, leader_cost, throughput
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
         result = leader_cost.run(sizes, args.due, args.tenants, args.repeats)
+    elif args.bench == "concurrency":
+        result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
     elif args.bench == "throughput":
         result = throughput.run(args.count, args.repeats)
     elif args.bench == "fire-lag":

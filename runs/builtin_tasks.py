@@ -18,13 +18,11 @@ def noop(payload: dict, context: RunContext) -> dict:
 
 @register_task("builtin.sleep", tenant_schema=False)
 def sleep(payload: dict, context: RunContext) -> dict:
-    """Sleep `seconds` (default 1), waking every 0.2 s to honour a cancellation."""
+    """Sleep `seconds` (default 1); a cancellation ends it early."""
     seconds = float(payload.get("seconds", 1))
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        if context.should_stop():
-            return {"slept": seconds - left, "stopped": True}
-        time.sleep(min(left, 0.2))
+    started = time.monotonic()
+    if context.wait(seconds):
+        return {"slept": round(time.monotonic() - started, 3), "stopped": True}
     return {"slept": seconds}
 
 

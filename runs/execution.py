@@ -258,7 +258,7 @@ def run_execute(
         tenant_schema=schema,
         attempt=claimed.attempt,
         scheduled_for=claimed.scheduled_for,
-        should_stop=stop.is_set,
+        stopped=stop,
     )
     try:
         outcome = execute_target(claimed, context)

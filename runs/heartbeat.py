@@ -3,7 +3,7 @@ schema every interval for all of its running runs, never one per run per second.
 
 The same UPDATE tells the worker which of its runs were cancelled (or reaped) meanwhile:
 those rows no longer match `status = 'running'`, so their stop flag is raised and a task
-that polls `context.should_stop()` ends early.
+that waits with `context.wait()` or polls `context.should_stop()` ends early.
 """
 
 from __future__ import annotations

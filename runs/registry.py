@@ -6,8 +6,9 @@ def daily_report(payload: dict, context: RunContext) -> object: ...
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +24,16 @@ class RunContext:
     tenant_schema: str
     attempt: int
     scheduled_for: datetime
-    should_stop: Callable[[], bool] = lambda: False  # True once the run is cancelled
+    # Set once the run is cancelled (seen at the worker's next heartbeat).
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+    def should_stop(self) -> bool:
+        return self.stopped.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking at once if the run is cancelled; True if it was.
+        Prefer it to polling: thousands of runs in one thread worker cost nothing idle."""
+        return self.stopped.wait(seconds)
 
 
 def register_task(

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = {
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
-            "fire_lag": fire_lag.run(2000, 0, tenant_count=4, lead_seconds=5, lookahead=10),
+            "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
         }
     if args.json:
         print(json.dumps(result, default=str))

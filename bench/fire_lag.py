@@ -38,7 +38,10 @@ def run(
     tenants = bench_tenants(tenant_count)
     drop_bench_data(client, tenants)
     now = datetime.now(UTC)
-    first = (now + timedelta(seconds=lead_seconds + 60)).replace(second=0, microsecond=0)
+    if spread_seconds:  # interval jobs: any whole second will do
+        first = (now + timedelta(seconds=lead_seconds + 1)).replace(microsecond=0)
+    else:  # minutely cron jobs: the first minute boundary at least `lead_seconds` away
+        first = (now + timedelta(seconds=lead_seconds + 60)).replace(second=0, microsecond=0)
     for tenant in tenants:
         copy_jobs(tenant, count // tenant_count, first, spread_seconds=spread_seconds, name="lag")
         index_jobs(client, tenant)

@@ -1,0 +1,30 @@
+"""CI runs the benchmarks at a small size: they must work; their figures are printed, never
+asserted (speed stays out of pass/fail tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ..scenarios.procs import ROOT, process_env
+
+pytestmark = pytest.mark.slow
+
+
+def test_benchmarks_run_at_a_small_size(live):
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--json", "small"],
+        cwd=ROOT,
+        env=process_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    print(result.stdout)
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [row["registered"] for row in figures["leader_cost"]] == [1000, 5000]
+    assert figures["fire_lag"]["fired"] == figures["fire_lag"]["jobs"] == 2000

@@ -19,11 +19,6 @@ def index_built_key() -> str:
     return _key("index", "built")
 
 
-def index_synced_key() -> str:
-    """The database time up to which job edits are known to be in the index."""
-    return _key("index", "synced")
-
-
 def tenants_key() -> str:
     """Hash: tenant id -> schema name."""
     return _key("tenants")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import connection
 from psycopg import sql
 
 from . import index
-from .keys import index_built_key, index_key, index_synced_key
-from .store import table
+from .keys import index_built_key, index_key
+from .store import pg_array, table
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.rebuild")
@@ -109,7 +109,6 @@ def rebuild_index(client) -> RebuildResult:
     _swap(client, runs_tmp, index.runs_index_key())
     _catch_up(client, tenants, since)
     client.set(index_built_key(), since.isoformat())
-    client.set(index_synced_key(), since.isoformat())
     result = RebuildResult(len(tenants), jobs, runs, time.monotonic() - started_wall)
     log.info(
         "rebuilt the time index: %s jobs, %s waiting runs, %s tenants in %.2fs",
@@ -121,20 +120,42 @@ def rebuild_index(client) -> RebuildResult:
     return result
 
 
-# Edits are re-applied from a little before the last sync: web hosts stamp updated_at with
-# their own clocks, which may lag the database's.
-SYNC_OVERLAP = timedelta(seconds=60)
+SYNC_BATCH = 2000
 
 
-def sync_index(client) -> int:
-    """Re-apply jobs edited since the last sync (services write the index after commit; if
-    Redis did not answer then, this is where the edit reaches the index)."""
-    now = _db_now()
-    raw = client.get(index_synced_key())
-    if raw is None:
-        client.set(index_synced_key(), now.isoformat())
-        return 0
-    since = datetime.fromisoformat(raw.decode()) - SYNC_OVERLAP
-    changed = _catch_up(client, TenantDirectory().all(), since)
-    client.set(index_synced_key(), now.isoformat())
-    return changed
+def mark_indexed(schema: str, jobs: list[tuple[int, int]]) -> None:
+    """Clear `index_dirty` of jobs whose index entry was written at that version (a newer
+    edit keeps its flag)."""
+    if not jobs:
+        return
+    ids, versions = zip(*jobs, strict=True)
+    query = sql.SQL(
+        "UPDATE {} AS j SET index_dirty = false FROM unnest(%s::bigint[], %s::int[]) AS u(id, v) "
+        "WHERE j.id = u.id AND j.version = u.v"
+    ).format(table(schema, "jobs_job"))
+    with connection.cursor() as cursor:
+        cursor.execute(query, [pg_array(list(ids)), pg_array(list(versions))])
+
+
+def sync_index(client, batch: int = SYNC_BATCH) -> int:
+    """Write the index entries of jobs still flagged `index_dirty` (their service could not
+    reach Redis after committing, or died first); at most `batch` per tenant per call, so
+    a burst of edits never stalls the leader's loop."""
+    synced = 0
+    for tenant_id, schema in TenantDirectory().all():
+        query = sql.SQL(
+            f"SELECT id, next_run_at, ({SCHEDULABLE}), version FROM {{}} "
+            "WHERE index_dirty ORDER BY id LIMIT %s"
+        ).format(table(schema, "jobs_job"))
+        with connection.cursor() as cursor:
+            cursor.execute(query, [batch])
+            rows = cursor.fetchall()
+        if not rows:
+            continue
+        pipe = client.pipeline(transaction=False)
+        index.put_jobs(pipe, [(tenant_id, i, at) for i, at, ok, _v in rows if ok])
+        index.remove_jobs(pipe, [(tenant_id, i) for i, _at, ok, _v in rows if not ok])
+        pipe.execute()
+        mark_indexed(schema, [(i, v) for i, _at, _ok, v in rows])
+        synced += len(rows)
+    return synced

@@ -52,6 +52,7 @@ JOB_COLUMNS = (
     "created_by",
     "created_at",
     "updated_at",
+    "index_dirty",
 )
 TARGET = json.dumps({"task": "builtin.noop"})
 
@@ -144,6 +145,7 @@ def _job_row(n, name, cron, next_run_at, spread_seconds, rng, now) -> tuple:
         "bench",
         now,
         now,
+        False,  # index_dirty: the benchmark writes the index itself
     )
 
 

@@ -82,6 +82,8 @@ class Job(models.Model):
     # The next slot not yet materialised, UTC. The leader advances it; Redis mirrors it.
     next_run_at = models.DateTimeField(null=True, blank=True)
     version = models.PositiveIntegerField(default=1)
+    # Set with every change, cleared once the change is in the Redis index (jobs.services).
+    index_dirty = models.BooleanField(default=True)
     created_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -95,6 +97,7 @@ class Job(models.Model):
                 condition=Q(deleted_at__isnull=True, paused=False, next_run_at__isnull=False),
             ),
             models.Index(fields=["updated_at"], name="job_updated_idx"),
+            models.Index(fields=["id"], name="job_index_dirty_idx", condition=Q(index_dirty=True)),
         ]
 
     def __str__(self) -> str:

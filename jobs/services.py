@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from beat import index
 from beat.clock import Clock
 from beat.keys import wake_key
+from beat.rebuild import mark_indexed
 from runs import states
 from runs.models import Run
 from scheduler_site.redis_client import get_redis
@@ -79,9 +80,18 @@ def first_slot_after(job: Job, now: datetime) -> datetime | None:
     return next_slot(schedule, now).at if schedule is not None else None
 
 
-def _sync_index_on_commit(tenant: Tenant, job: Job) -> None:
+def _save_and_index(tenant: Tenant, job: Job, *, creating: bool = False) -> None:
+    """Save a changed job, flagged `index_dirty` in the same transaction; after the commit,
+    write its index entry and clear the flag. If Redis does not answer, or the process dies
+    in between, the flag stays and the leader's sync (`beat.rebuild.sync_index`) writes the
+    entry: an edit can never be lost to the index, and the sync reads only flagged jobs."""
+    if not creating:
+        job.version += 1
+    job.index_dirty = True
+    job.save()
     schedulable = job.deleted_at is None and not job.paused and job.next_run_at is not None
-    tenant_id, job_id, when = tenant.id, job.id, job.next_run_at
+    schema, tenant_id, job_id = tenant.schema_name, tenant.id, job.id
+    when, version = job.next_run_at, job.version
 
     def sync() -> None:
         client = get_redis()
@@ -92,6 +102,7 @@ def _sync_index_on_commit(tenant: Tenant, job: Job) -> None:
             index.remove_jobs(pipe, [(tenant_id, job_id)])
         pipe.rpush(wake_key(), "index")
         pipe.execute()
+        mark_indexed(schema, [(job_id, version)])
 
     transaction.on_commit(lambda: _best_effort(sync))
 
@@ -127,11 +138,10 @@ def job_create(*, tenant: Tenant, actor: Actor, data: dict, clock: Clock) -> Job
             raise QuotaExceeded(f"this tenant already has {tenant_job_limit()} jobs, the limit")
         job = Job(hash_seed=seed, created_by=actor.label, **clean.fields)
         job.next_run_at = first_slot_after(job, now)
-        job.save()
+        _save_and_index(tenant, job, creating=True)
         if clean.depends_on:
             _set_dependencies(job, clean.depends_on)
         _audit(actor, "create", job, {"fields": sorted(clean.fields)})
-        _sync_index_on_commit(tenant, job)
     return job
 
 
@@ -155,10 +165,8 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
             )
         if clean.depends_on is not None:
             _set_dependencies(job, clean.depends_on)
-        job.version += 1
-        job.save()
+        _save_and_index(tenant, job)
         _audit(actor, "update", job, {"fields": sorted(changed)})
-        _sync_index_on_commit(tenant, job)
     return job
 
 
@@ -175,9 +183,8 @@ def job_pause(*, tenant: Tenant, actor: Actor, job_id: int, reason: str = "", cl
         if not job.paused:
             job.paused, job.paused_at = True, clock.now()
         job.paused_reason = reason[:500]
-        job.save()
+        _save_and_index(tenant, job)
         _audit(actor, "pause", job, {"reason": job.paused_reason})
-        _sync_index_on_commit(tenant, job)
     return job
 
 
@@ -190,9 +197,8 @@ def job_resume(*, tenant: Tenant, actor: Actor, job_id: int, clock: Clock) -> Jo
             job.paused, job.resumed_at, job.paused_reason = False, now, ""
             if job.next_run_at is None:
                 job.next_run_at = first_slot_after(job, now)
-            job.save()
+            _save_and_index(tenant, job)
         _audit(actor, "resume", job)
-        _sync_index_on_commit(tenant, job)
     return job
 
 
@@ -202,13 +208,12 @@ def job_delete(*, tenant: Tenant, actor: Actor, job_id: int, clock: Clock) -> No
     with transaction.atomic():
         job = _locked(job_id)
         job.deleted_at = now
-        job.save()
+        _save_and_index(tenant, job)
         Dependency.objects.filter(upstream=job).delete()
         Run.objects.filter(job=job, status=states.SCHEDULED).update(
             status=states.CANCELLED, error="job deleted", finished_at=now
         )
         _audit(actor, "delete", job)
-        _sync_index_on_commit(tenant, job)
 
 
 def enqueue_runs_on_commit(tenant: Tenant, runs: list[Run]) -> None:

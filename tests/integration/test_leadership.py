@@ -10,6 +10,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django_tenants.utils import schema_context
 
 from beat import index
 from beat.clock import FakeClock
@@ -17,6 +18,7 @@ from beat.engine import EngineConfig
 from beat.keys import index_built_key, index_key, leader_info_key
 from beat.lease import LeaseLost, current_epoch
 from beat.loop import SchedulerProcess
+from jobs.models import Job
 
 from .helpers import make_job, message_args, queued_messages, runs_of, utc
 
@@ -171,7 +173,14 @@ def test_job_change_made_while_redis_was_down_reaches_the_index(live, redis_clie
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{closed}/0"):
         job = make_job(alpha, clock, schedule={"cron": "* * * * *"})
     assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) is None
+    other = make_job(alpha, clock, name="written", schedule={"cron": "* * * * *"})
+    with schema_context(alpha.schema_name):
+        dirty = dict(Job.objects.values_list("name", "index_dirty"))
+    assert dirty == {"job": True, "written": False}  # only the one Redis missed is flagged
     a.engine.relay(force=True)
     assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) == (
         job.next_run_at.timestamp()
     )
+    with schema_context(alpha.schema_name):
+        assert not Job.objects.filter(index_dirty=True).exists()
+    assert other.index_dirty is True  # the in-memory copy; the row was cleared after commit

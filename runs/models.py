@@ -77,6 +77,22 @@ class Run(models.Model):
     def next_attempt_at(self):
         return self.due_at if self.status == states.RETRYING else None
 
+    def attempt_history(self) -> list[Attempt]:
+        """The recorded attempts, plus the one in progress: attempts are written when they
+        end, so a running attempt is described from the run itself."""
+        attempts = list(self.attempts.all())
+        if self.status == states.RUNNING and all(a.number != self.attempt for a in attempts):
+            attempts.append(
+                Attempt(
+                    run=self,
+                    number=self.attempt,
+                    outcome="running",
+                    worker=self.worker,
+                    started_at=self.started_at,
+                )
+            )
+        return attempts
+
 
 class Attempt(models.Model):
     """One try of a run: the audit trail of what each worker did."""

@@ -50,4 +50,6 @@ def _recycle_database_connections(**_: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
 app.autodiscover_tasks()

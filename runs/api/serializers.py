@@ -33,7 +33,7 @@ class RunSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     attempt = serializers.IntegerField(help_text="The current attempt's number.")
-    attempts = AttemptSerializer(many=True, source="attempts.all")
+    attempts = AttemptSerializer(many=True, source="attempt_history")
     next_attempt_at = serializers.DateTimeField(
         allow_null=True, help_text="When a retrying run's next attempt is due."
     )

@@ -259,3 +259,15 @@ def test_backfill_errors_name_the_field_and_the_bound(alpha_api: Api):
         {"start": "2026-01-01T00:00Z", "end": "2026-01-01T01:00Z"},
     )
     assert list(no_schedule.json()["errors"]) == ["job"]
+
+
+def test_a_running_run_shows_its_attempt_in_progress(alpha_api: Api, live):
+    job = alpha_api.create_job()["id"]
+    run = make_run(live["alpha"].tenant, job, "running", attempt=1)
+    with schema_context(live["alpha"].schema):
+        from runs.models import Run
+
+        Run.objects.filter(pk=run.pk).update(worker="w7", started_at=timezone.now())
+    [attempt] = alpha_api.get(f"runs/{run.id}").json()["attempts"]
+    assert (attempt["number"], attempt["outcome"], attempt["worker"]) == (1, "running", "w7")
+    assert attempt["finished_at"] is None

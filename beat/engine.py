@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from jobs.schedule_fields import schedule_from_fields
+from jobs.schedule_fields import schedule_of
 from runs import states
 from runs.ids import uuid7
 
@@ -194,15 +194,7 @@ class Engine:
         for job in jobs:
             if not job.schedulable or job.next_run_at > horizon:
                 continue
-            schedule = schedule_from_fields(
-                kind=job.schedule_kind,
-                cron_resolved=job.cron_resolved,
-                timezone=job.timezone,
-                interval_seconds=job.interval_seconds,
-                anchor_at=job.anchor_at,
-                dst_gap=job.dst_gap,
-                dst_repeat=job.dst_repeat,
-            )
+            schedule = schedule_of(job)
             if schedule is None:
                 continue
             plan = plan_job(

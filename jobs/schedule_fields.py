@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from jobs.schedules import CronSchedule, IntervalSchedule, Schedule
 
 
-def schedule_from_fields(
-    *,
-    kind: str,
-    cron_resolved: str,
-    timezone: str,
-    interval_seconds: int | None,
-    anchor_at: datetime | None,
-    dst_gap: str,
-    dst_repeat: str,
-) -> Schedule | None:
-    if kind == "cron":
-        return CronSchedule(cron_resolved, timezone, dst_gap, dst_repeat)
-    if kind == "interval" and interval_seconds and anchor_at is not None:
-        return IntervalSchedule(interval_seconds, anchor_at)
+def schedule_of(job) -> Schedule | None:
+    """The schedule of anything with a job's schedule fields (a Job, the leader's JobRow);
+    None for a job that runs on demand or as a dependency."""
+    if job.schedule_kind == "cron":
+        return CronSchedule(job.cron_resolved, job.timezone, job.dst_gap, job.dst_repeat)
+    if job.schedule_kind == "interval" and job.interval_seconds and job.anchor_at is not None:
+        return IntervalSchedule(job.interval_seconds, job.anchor_at)
     return None

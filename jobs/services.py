@@ -28,7 +28,7 @@ from tenants.models import Tenant
 
 from .dag import find_cycle, replace_upstreams
 from .models import AuditEvent, Dependency, Job, new_hash_seed
-from .schedule_fields import schedule_from_fields
+from .schedule_fields import schedule_of
 from .schedules import next_slot
 from .validation import (
     SCHEDULE_FIELDS,
@@ -68,15 +68,7 @@ def _audit(
 
 
 def first_slot_after(job: Job, now: datetime) -> datetime | None:
-    schedule = schedule_from_fields(
-        kind=job.schedule_kind,
-        cron_resolved=job.cron_resolved,
-        timezone=job.timezone,
-        interval_seconds=job.interval_seconds,
-        anchor_at=job.anchor_at,
-        dst_gap=job.dst_gap,
-        dst_repeat=job.dst_repeat,
-    )
+    schedule = schedule_of(job)
     return next_slot(schedule, now).at if schedule is not None else None
 
 

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from beat.clock import SystemClock
-from jobs.schedule_fields import schedule_from_fields
+from jobs.schedule_fields import schedule_of
 from jobs.schedules import describe
 from runs.selectors import newest_runs, run_list
 
@@ -17,15 +17,7 @@ PAGE = 100
 
 
 def _schedule_words(job) -> str:
-    schedule = schedule_from_fields(
-        kind=job.schedule_kind,
-        cron_resolved=job.cron_resolved,
-        timezone=job.timezone,
-        interval_seconds=job.interval_seconds,
-        anchor_at=job.anchor_at,
-        dst_gap=job.dst_gap,
-        dst_repeat=job.dst_repeat,
-    )
+    schedule = schedule_of(job)
     return describe(schedule) if schedule is not None else "on demand / dependencies"
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from beat.clock import Clock
 from jobs.models import AuditEvent, Job
-from jobs.schedule_fields import schedule_from_fields
+from jobs.schedule_fields import schedule_of
 from jobs.schedules import iter_slots
 from jobs.services import Actor, JobNotFound, enqueue_runs_on_commit
 from tenants.models import Tenant
@@ -140,15 +140,7 @@ def job_backfill(
         raise JobNotFound(job_id)
     if end < start:
         raise BackfillError("end", "must not be before start")
-    schedule = schedule_from_fields(
-        kind=job.schedule_kind,
-        cron_resolved=job.cron_resolved,
-        timezone=job.timezone,
-        interval_seconds=job.interval_seconds,
-        anchor_at=job.anchor_at,
-        dst_gap=job.dst_gap,
-        dst_repeat=job.dst_repeat,
-    )
+    schedule = schedule_of(job)
     if schedule is None:
         raise BackfillError("job", "the job has no schedule to backfill")
     slots = []

@@ -11,7 +11,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from jobs.models import Job
-from jobs.schedule_fields import schedule_from_fields
+from jobs.schedule_fields import schedule_of
 from jobs.schedules import MAX_INTERVAL_SECONDS, describe
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMPLE_FIELDS
 from runs import states
@@ -74,15 +74,7 @@ TARGET = PolymorphicProxySerializer(
 
 
 def schedule_json(job: Job) -> dict[str, Any] | None:
-    schedule = schedule_from_fields(
-        kind=job.schedule_kind,
-        cron_resolved=job.cron_resolved,
-        timezone=job.timezone,
-        interval_seconds=job.interval_seconds,
-        anchor_at=job.anchor_at,
-        dst_gap=job.dst_gap,
-        dst_repeat=job.dst_repeat,
-    )
+    schedule = schedule_of(job)
     if schedule is None:
         return None
     if job.schedule_kind == "cron":

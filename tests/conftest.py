@@ -51,7 +51,28 @@ def django_db_setup(django_test_environment, django_db_blocker):
         config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
     yield
     with django_db_blocker.unblock():
+        _end_other_sessions()
         teardown_databases(config, verbosity=0)
+
+
+def _end_other_sessions() -> None:
+    """A test that leaves a connection behind (a thread, a child process) would make the
+    test database impossible to drop: say which, and end it."""
+    import warnings
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, application_name, state, left(query, 120) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        others = cursor.fetchall()
+        for pid, *_ in others:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    if others:
+        warnings.warn(f"sessions left on the test database: {others}", stacklevel=1)
+    connection.close()
 
 
 @pytest.fixture(scope="session")

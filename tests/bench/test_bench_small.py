@@ -14,7 +14,18 @@ from ..scenarios.procs import ROOT, process_env
 pytestmark = pytest.mark.slow
 
 
-def test_benchmarks_run_at_a_small_size(live):
+@pytest.fixture
+def bench_cleanup(live, redis_client):
+    """The benchmark provisions its own tenants in the test database: drop them after."""
+    yield
+    from tenants.models import Tenant
+
+    for tenant in Tenant.objects.filter(slug__startswith="bench-"):
+        tenant.delete(force_drop=True)
+    redis_client.flushdb()
+
+
+def test_benchmarks_run_at_a_small_size(bench_cleanup):
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--json", "small"],
         cwd=ROOT,

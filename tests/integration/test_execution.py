@@ -193,6 +193,7 @@ def test_heartbeats_are_batched_and_report_cancelled_runs(live, redis_client):
     with schema_context(alpha.schema_name):
         run_cancel(tenant=alpha, actor=ACTOR, run_id=runs[1].id, clock=clock)
     assert beats.beat_once() == 1
+    beats.stop()
     assert [e.is_set() for e in events] == [False, True, False]
     assert _run(alpha, runs[0].id).heartbeat_at == START + timedelta(seconds=10)
 

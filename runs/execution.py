@@ -58,11 +58,19 @@ class Outcome:
     permanent: bool = False  # retrying cannot help (target cannot be prepared)
 
 
+# Claim and finish are one statement each, and neither waits for its WAL flush
+# (set_config(..., is_local) applies to the statement's own transaction). Only a crash of
+# PostgreSQL itself inside that ~0.2 s window can undo one: a lost finish leaves the run
+# `running`, and the reaper retries it; a lost claim leaves it `queued`, the late finish
+# changes nothing, and the reaper publishes it again. Either way the run executes again,
+# as at-least-once allows, under the same run id (the Idempotency-Key). Worker crashes,
+# the common failure, are unaffected. See docs/adr/0007-worker-bookkeeping.md.
 CLAIM_SQL = """
 WITH claimed AS (
     UPDATE {runs} SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s,
                       worker = %(worker)s, error = ''
     WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN ('scheduled', 'queued')
+      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
     RETURNING id, job_id, attempt, scheduled_for, payload_override
 )
 SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payload),
@@ -106,11 +114,7 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-# One statement, so one implicit transaction and one round trip. Its commit does not wait
-# for the WAL flush (set_config(..., is_local) applies to this statement's transaction; the
-# claim does wait). Had PostgreSQL crashed in that ~0.2 s window, the run would read
-# `running` again and the reaper would retry it: a second attempt, which at-least-once
-# allows, never a second execution of the same attempt. It halves the fsyncs per run.
+# One statement, so one implicit transaction and one round trip (as the claim).
 FINISH_SQL = """
 WITH finished AS (
     UPDATE {runs} SET status = %(status)s, finished_at = %(finished)s, error = %(error)s,

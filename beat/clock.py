@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -33,15 +32,3 @@ class FakeClock:
 
     def set(self, when: datetime) -> None:
         self._now = when.astimezone(UTC)
-
-
-def to_epoch(when: datetime) -> float:
-    return when.timestamp()
-
-
-def from_epoch(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-def monotonic() -> float:
-    return time.monotonic()

@@ -11,13 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.conf import settings
-
-from .keys import index_built_key, index_key, wake_key
-
-
-def runs_index_key() -> str:
-    return f"{settings.SCHEDULER_REDIS_PREFIX}:runs"
+from .keys import index_built_key, index_key, runs_index_key, wake_key
 
 
 def member(tenant_id: int, object_id: object) -> str:

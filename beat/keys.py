@@ -14,14 +14,15 @@ def index_key() -> str:
     return _key("index")
 
 
+def runs_index_key() -> str:
+    """Sorted set: member `<tenant id>:<run id>`, score = when the run is due; runs admitted
+    one by one (manual, backfill, replay, retry)."""
+    return _key("runs")
+
+
 def index_built_key() -> str:
     """Present once the index holds every schedulable job; gone after a Redis flush."""
     return _key("index", "built")
-
-
-def tenants_key() -> str:
-    """Hash: tenant id -> schema name."""
-    return _key("tenants")
 
 
 def leader_lock_name() -> str:

@@ -235,14 +235,6 @@ def validate_payload(errors: Errors, payload: Any, field: str = "payload") -> di
     return payload
 
 
-def parse_instant(errors: Errors, field: str, value: Any) -> datetime | None:
-    parsed = parse_datetime(value) if isinstance(value, str) else None
-    if parsed is None or parsed.tzinfo is None:
-        errors.add(field, "must be an ISO 8601 instant with an offset, e.g. 2026-01-31T09:00Z")
-        return None
-    return parsed.astimezone(UTC)
-
-
 SIMPLE_FIELDS = {
     "timeout_seconds": ("int", 1, 86400),
     "max_concurrent_runs": ("int", 1, 1000),

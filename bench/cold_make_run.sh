@@ -26,5 +26,5 @@ echo "admin login page HTTP $(curl -s -o /dev/null -w '%{http_code}' "http://127
 sleep 5
 grep -E "\[devstack\]|took the lease" "$log" | head -4
 kill -INT -- "-$pid"; sleep 8
-echo "processes left after Ctrl-C: $(ps -eo pgid= | awk -v g="$pid" '$1==g' | wc -l)"
+echo "processes left after Ctrl-C: $(ps -eo args= | grep -F "$dir" | grep -vc grep)"
 echo "clone left in $dir (a second make run there reuses its .venv and .data)"

@@ -430,10 +430,12 @@ class Engine:
         candidates = []
         if self.pending:
             candidates.append(self.pending[0][0])
+        pipe = self.client.pipeline(transaction=False)
         for key in (index_key(), index.runs_index_key()):
-            head = index.earliest(self.client, key)
-            if head is not None:
-                candidates.append(head - self.config.lookahead_seconds)
+            pipe.zrange(key, 0, 0, withscores=True)
+        for head in pipe.execute():  # both index heads in one round trip
+            if head:
+                candidates.append(head[0][1] - self.config.lookahead_seconds)
         return min(candidates) if candidates else None
 
 

@@ -186,3 +186,26 @@ def test_materialising_yields_to_a_run_that_is_due(live, redis_client):
     assert engine.fire().published == 1
     assert engine.materialise() == 1
     assert not engine.materialise_interrupted
+
+
+def test_periodic_relay_publishes_an_overdue_run_the_leader_never_held(live, redis_client):
+    """A run waits in PostgreSQL but in neither index nor memory (its index write was
+    lost): the next periodic relay sweep must find it once it is overdue."""
+    from jobs.services import job_trigger
+
+    from .helpers import ACTOR
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None)
+    engine = new_engine(redis_client, clock, relay_interval_seconds=10)
+    engine.relay(force=True)  # takeover: nothing waiting yet
+    with schema_context(alpha.schema_name):
+        run, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=job.id, clock=clock)
+    redis_client.delete(index.runs_index_key())  # the index write was lost
+    clock.advance(5)
+    assert engine.relay() == 0  # not yet time for a sweep
+    clock.advance(6)
+    assert engine.relay() == 1
+    assert engine.fire().published == 1
+    assert [message_args(m)[1] for m in queued_messages(redis_client)] == [str(run.id)]

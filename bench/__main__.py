@@ -18,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     cost.add_argument("--due", type=int, default=1000)
     cost.add_argument("--tenants", type=int, default=10)
     cost.add_argument("--repeats", type=int, default=5)
+    cost.add_argument(
+        "--profile",
+        action="store_true",
+        help="print where the last iteration's time goes (cProfile)",
+    )
     lag = sub.add_parser("fire-lag", help="publish lag for many jobs due together")
     lag.add_argument("--count", type=int, default=10_000)
     lag.add_argument("--spread", type=int, default=0, help="seconds the due instants span")
@@ -29,17 +34,20 @@ def main(argv: list[str] | None = None) -> int:
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
     conc.add_argument("--workers", type=int, default=1, help="worker processes")
+    sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
-    from . import concurrency, fire_lag, leader_cost, throughput
+    from . import concurrency, fire_lag, leader_cost, schedule_math, throughput
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
-        result = leader_cost.run(sizes, args.due, args.tenants, args.repeats)
+        result = leader_cost.run(sizes, args.due, args.tenants, args.repeats, profile=args.profile)
+    elif args.bench == "schedule-math":
+        result = schedule_math.run()
     elif args.bench == "concurrency":
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
     elif args.bench == "throughput":
@@ -48,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
         result = {
+            "schedule_math": schedule_math.run(number=2000, repeats=1),
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
         }

@@ -15,13 +15,12 @@ from django_tenants.utils import schema_context
 from psycopg import sql
 
 from beat.clock import SystemClock
-from beat.messages import build_message
 from beat.store import pg_array, table
 from jobs.services import Actor, job_create
 from scheduler_site.redis_client import get_redis
 
 from .processes import start_worker, stop, tree_rss_bytes, wait_until
-from .throughput import QUEUE, _publish, _queued_runs
+from .throughput import QUEUE, _publish, _queued_runs, run_messages
 from .world import bench_tenants, drop_bench_data
 
 
@@ -89,16 +88,7 @@ def run(inflight: int = 2000, db_pool: int = 10, sleep_seconds: int = 60, worker
         time.sleep(5)  # the worker is up and idle
         idle_rss = sum(tree_rss_bytes(p.pid) for p in procs)
         ids = _queued_runs(schema, job.id, inflight)
-        messages = [
-            build_message(
-                task_name="runs.execute_run",
-                task_id=i,
-                args=[schema, i, 1],
-                queue=QUEUE,
-                origin="bench",
-            )
-            for i in ids
-        ]
+        messages = run_messages(schema, ids)
         started = time.perf_counter()
         _publish(client, QUEUE, messages)
         peak = 0

@@ -7,6 +7,8 @@ X - 10 s) and fires them (the clock at X). Only the due work should cost anythin
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
@@ -53,10 +55,13 @@ def _grow(client, tenants, size: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(size: int, tenants, due: int, repeats: int) -> dict:
+def measure(size: int, tenants, due: int, repeats: int, profile: bool = False) -> dict:
     client = get_redis()
     materialise_ms, fire_ms = [], []
-    for _ in range(repeats):
+    profiler = cProfile.Profile() if profile else None
+    for repeat in range(repeats):
+        if profiler and repeat == repeats - 1:
+            profiler.enable()
         _reset_due(client, tenants, due // len(tenants))
         clock = FakeClock(X - timedelta(seconds=10))
         engine = Engine(
@@ -74,6 +79,9 @@ def measure(size: int, tenants, due: int, repeats: int) -> dict:
         published = engine.fire().published
         fire_ms.append((time.perf_counter() - started) * 1000)
         assert processed == due and published == due, (processed, published)
+    if profiler:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
     return {
         "registered": size,
         "due": due,
@@ -108,18 +116,21 @@ def storage_figures(client, tenants) -> dict:
 
 
 def run(
-    sizes: list[int], due: int = 1000, tenant_count: int = 10, repeats: int = 5, keep: bool = False
+    sizes: list[int],
+    due: int = 1000,
+    tenant_count: int = 10,
+    repeats: int = 5,
+    profile: bool = False,
 ) -> list[dict]:
     client = get_redis()
     tenants = bench_tenants(tenant_count)
-    if not keep:
-        drop_bench_data(client, tenants)
+    drop_bench_data(client, tenants)
     for tenant in tenants:
         copy_jobs(tenant, due // tenant_count, X, name="due")
     results = []
     for size in sizes:
         grow_seconds = _grow(client, tenants, size)
-        row = measure(size, tenants, due, repeats)
+        row = measure(size, tenants, due, repeats, profile)
         row["load_seconds"] = round(grow_seconds, 1)
         row.update(storage_figures(client, tenants))
         results.append(row)

@@ -27,6 +27,20 @@ from .world import bench_tenants, drop_bench_data
 QUEUE, PLAIN_QUEUE = "runs.normal.0", "bench.plain"
 
 
+def run_messages(schema: str, ids: list[str]) -> list[bytes]:
+    """The messages the leader would publish for these queued runs (attempt 1)."""
+    return [
+        build_message(
+            task_name="runs.execute_run",
+            task_id=run_id,
+            args=[schema, run_id, 1],
+            queue=QUEUE,
+            origin="bench",
+        )
+        for run_id in ids
+    ]
+
+
 def _publish(client, queue: str, messages: list[bytes]) -> None:
     pipe = client.pipeline(transaction=False)
     for start in range(0, len(messages), 1000):
@@ -84,16 +98,7 @@ def _last_finish(schema: str, ids: str) -> float:
 
 def _ours_round(client, schema: str, job_id: int, count: int) -> float:
     ids = _queued_runs(schema, job_id, count)
-    messages = [
-        build_message(
-            task_name="runs.execute_run",
-            task_id=run_id,
-            args=[schema, run_id, 1],
-            queue=QUEUE,
-            origin="bench",
-        )
-        for run_id in ids
-    ]
+    messages = run_messages(schema, ids)
     literal = pg_array(ids)
     started = time.time()
     _publish(client, QUEUE, messages)

@@ -18,14 +18,15 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from core import index
+from core.clock import Clock
+from core.keys import index_key
 from jobs.schedule_fields import schedule_of
 from runs import states
 from runs.ids import uuid7
 
-from . import index, reaper, store
+from . import reaper, store
 from .admission import DueRun, JobLimits, admit
-from .clock import Clock
-from .keys import index_key
 from .messages import build_message, push_messages, queue_for, time_limits
 from .planning import MisfireRules, plan_job
 from .rebuild import sync_index

@@ -17,7 +17,7 @@ import redis
 import redis_lock
 from django.db import connection
 
-from .keys import leader_info_key, leader_lock_name
+from core.keys import leader_info_key, leader_lock_name
 
 log = logging.getLogger("beat.lease")
 

@@ -17,10 +17,11 @@ import redis
 from django.conf import settings
 from django.db import OperationalError, close_old_connections, connection
 
-from . import index
-from .clock import Clock
+from core import index
+from core.clock import Clock
+from core.keys import wake_key
+
 from .engine import Engine, EngineConfig
-from .keys import wake_key
 from .lease import Lease, LeaseLost, process_identity
 from .rebuild import rebuild_index
 from .store import FencingError

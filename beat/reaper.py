@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from psycopg import sql
 
 from runs import states
-from runs.execution import Outcome, decide
+from runs.outcomes import Outcome, decide
 from runs.retry import RetryPolicy
 
 from .store import REF_COLUMNS, RunRef, table
@@ -33,7 +33,7 @@ class Reaped:
 
 @dataclass(frozen=True)
 class _Lost:
-    """Just what `runs.execution.decide` reads of a claimed run."""
+    """Just what `runs.outcomes.decide` reads of a lost attempt."""
 
     attempt: int
     retry: RetryPolicy

@@ -16,9 +16,11 @@ from datetime import datetime
 from django.db import connection
 from psycopg import sql
 
-from . import index
-from .keys import index_built_key, index_key
-from .store import pg_array, table
+from core import index
+from core.keys import index_built_key, index_key
+from core.sql import table
+from jobs.indexing import mark_indexed
+
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.rebuild")
@@ -121,20 +123,6 @@ def rebuild_index(client) -> RebuildResult:
 
 
 SYNC_BATCH = 2000
-
-
-def mark_indexed(schema: str, jobs: list[tuple[int, int]]) -> None:
-    """Clear `index_dirty` of jobs whose index entry was written at that version (a newer
-    edit keeps its flag)."""
-    if not jobs:
-        return
-    ids, versions = zip(*jobs, strict=True)
-    query = sql.SQL(
-        "UPDATE {} AS j SET index_dirty = false FROM unnest(%s::bigint[], %s::int[]) AS u(id, v) "
-        "WHERE j.id = u.id AND j.version = u.v"
-    ).format(table(schema, "jobs_job"))
-    with connection.cursor() as cursor:
-        cursor.execute(query, [pg_array(list(ids)), pg_array(list(versions))])
 
 
 def sync_index(client, batch: int = SYNC_BATCH) -> int:

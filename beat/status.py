@@ -7,8 +7,9 @@ from datetime import datetime
 from django.db import connection
 from psycopg import sql
 
-from . import index
-from .keys import index_built_key, index_key, leader_info_key
+from core import index
+from core.keys import index_built_key, index_key, leader_info_key
+
 from .lease import current_epoch
 from .store import table
 from .tenant_directory import TenantDirectory

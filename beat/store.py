@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
+from core.sql import pg_array, table
 from runs import states
 
 JOB_COLUMNS = (
@@ -42,30 +43,6 @@ JOB_COLUMNS = (
 
 class FencingError(Exception):
     """This process's lease epoch is no longer current: it must stop writing at once."""
-
-
-def pg_array(values: list) -> str:
-    """A PostgreSQL array literal, e.g. `{1,2,3}`, to pass with a `::type[]` cast.
-
-    psycopg adapts a Python list element by element in Python; for the thousands of ids
-    and instants of one tick a single preformatted literal is several times cheaper.
-    Elements are ids, instants and our own status words: none needs escaping beyond the
-    quotes that keep empty strings and ISO instants whole."""
-    parts = []
-    for value in values:
-        if value is None:
-            parts.append("NULL")
-        elif isinstance(value, datetime):
-            parts.append(f'"{value.isoformat()}"')
-        elif isinstance(value, str):
-            parts.append(f'"{value}"')
-        else:
-            parts.append(str(value))
-    return "{" + ",".join(parts) + "}"
-
-
-def table(schema: str, name: str) -> sql.Composed:
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
 
 
 def fence(cursor, epoch: int) -> None:

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from scheduler_site.redis_client import get_redis
+from core.redis import get_redis
 
 PLAIN_COUNTER = "bench:plain"
 

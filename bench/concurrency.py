@@ -14,10 +14,10 @@ from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
-from beat.clock import SystemClock
 from beat.store import pg_array, table
+from core.clock import SystemClock
+from core.redis import get_redis
 from jobs.services import Actor, job_create
-from scheduler_site.redis_client import get_redis
 
 from .processes import start_worker, stop, tree_rss_bytes, wait_until
 from .throughput import QUEUE, _publish, _queued_runs, run_messages

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from beat.clock import SystemClock
 from beat.engine import EngineConfig
 from beat.loop import SchedulerProcess
-from scheduler_site.redis_client import get_redis
+from core.clock import SystemClock
+from core.redis import get_redis
 
 from .world import bench_tenants, copy_jobs, drop_bench_data, index_jobs, percentile
 

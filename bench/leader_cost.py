@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection
 from psycopg import sql
 
-from beat.clock import FakeClock
 from beat.engine import Engine, EngineConfig
-from beat.keys import index_key
 from beat.lease import bump_epoch
 from beat.store import table
-from scheduler_site.redis_client import get_redis
+from core.clock import FakeClock
+from core.keys import index_key
+from core.redis import get_redis
 
 from .world import bench_tenants, clear_runs, copy_jobs, drop_bench_data, index_jobs, job_count
 

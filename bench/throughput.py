@@ -13,12 +13,12 @@ from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
-from beat.clock import SystemClock
 from beat.messages import build_message
 from beat.store import pg_array, table
+from core.clock import SystemClock
+from core.redis import get_redis
 from jobs.services import Actor, job_create
 from runs.ids import uuid7
-from scheduler_site.redis_client import get_redis
 
 from .celery_tasks import PLAIN_COUNTER
 from .processes import start_worker, stop, wait_until

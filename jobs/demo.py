@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django_tenants.utils import schema_context
 
-from beat.clock import SystemClock
+from core.clock import SystemClock
 from tenants.models import Tenant
 
 from .models import Job

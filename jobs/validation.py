@@ -10,9 +10,9 @@ from typing import Any
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
+from core.registry import get_task, task_names
+from core.ssrf import RefusedDestination, check_url_syntax
 from jobs.schedules import ScheduleError, interval_schedule, parse_cron
-from runs.registry import get_task, task_names
-from runs.targets.ssrf import RefusedDestination, check_url_syntax
 
 PRIORITIES = ("high", "normal", "low")
 CONCURRENCY = ("allow", "forbid", "queue", "replace")

@@ -9,6 +9,7 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         # Register the built-in tasks and the deployment's own task modules.
+        import_module("runs.receivers")
         import_module("runs.builtin_tasks")
         for module in settings.SCHEDULER_TASK_MODULES:
             import_module(module)

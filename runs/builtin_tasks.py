@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .registry import RunContext, register_task
+from core.registry import RunContext, register_task
 
 
 class TaskFailed(Exception):

@@ -13,21 +13,22 @@ import logging
 import threading
 import traceback
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
-from beat.clock import Clock
-from beat.store import table
+from core.clock import Clock
+from core.registry import RunContext, get_task, needs_tenant_schema
+from core.sql import table
 
 from . import states
 from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
-from .registry import RunContext, get_task, needs_tenant_schema
-from .retry import RetryPolicy, retry_delay, should_retry
+from .outcomes import Decision, Outcome, decide
+from .retry import RetryPolicy
 from .targets.http_target import call_http_target, scheduler_headers
 
 log = logging.getLogger("runs.execution")
@@ -48,14 +49,6 @@ class Claimed:
     retry: RetryPolicy
     job_deleted: bool
     concurrency_policy: str
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    error: str = ""
-    output: str = ""
-    permanent: bool = False  # retrying cannot help (target cannot be prepared)
 
 
 # Claim and finish are one statement each, and neither waits for its WAL flush
@@ -131,26 +124,6 @@ ON CONFLICT (run_id, number) DO UPDATE SET outcome = EXCLUDED.outcome,
     finished_at = EXCLUDED.finished_at, error = EXCLUDED.error, output = EXCLUDED.output
 RETURNING run_id
 """
-
-
-@dataclass(frozen=True)
-class Decision:
-    status: str
-    next_attempt: int
-    due_at: datetime | None
-
-
-def decide(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision:
-    if outcome.ok:
-        return Decision(states.SUCCEEDED, claimed.attempt, None)
-    if (
-        not outcome.permanent
-        and not claimed.job_deleted
-        and should_retry(claimed.retry, claimed.attempt)
-    ):
-        delay = retry_delay(claimed.retry, claimed.attempt)
-        return Decision(states.RETRYING, claimed.attempt + 1, now + timedelta(seconds=delay))
-    return Decision(states.DEAD, claimed.attempt, None)
 
 
 def finish_run(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision | None:

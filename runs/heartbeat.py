@@ -17,7 +17,7 @@ from datetime import datetime
 from django.db import close_old_connections, connection
 from psycopg import sql
 
-from beat.store import table
+from core.sql import table
 
 log = logging.getLogger("runs.heartbeat")
 

@@ -10,8 +10,10 @@ from typing import Any
 import redis
 from django.db import connection, transaction
 
-from beat import index
-from scheduler_site.redis_client import get_redis
+from core import index
+from core.keys import wake_key
+from core.redis import get_redis
+from jobs.indexing import best_effort
 
 _TENANT_IDS: dict[str, int] = {}
 
@@ -38,6 +40,22 @@ def enqueue_retry_on_commit(schema: str, run_id: Any, due_at: datetime) -> None:
             pass  # the relay finds the retry in PostgreSQL once it is overdue
 
     transaction.on_commit(push)
+
+
+def enqueue_runs_on_commit(tenant_id: int, runs: list) -> None:
+    """Runs admitted on their own (manual, backfill, replay, dependency) go to the runs
+    index once the transaction that created them commits; if Redis does not answer, the
+    leader's relay finds them in PostgreSQL."""
+    entries = [(tenant_id, run.id, run.due_at) for run in runs]
+
+    def push() -> None:
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
+        index.put_runs(pipe, entries)
+        pipe.rpush(wake_key(), "run")
+        pipe.execute()
+
+    transaction.on_commit(lambda: best_effort(push))
 
 
 def notify_finished(claimed) -> None:

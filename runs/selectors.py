@@ -11,11 +11,25 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet, prefetch_related_objects
+from django.db.models import OuterRef, QuerySet, Subquery, prefetch_related_objects
 
 from . import states
 from .models import Run
 from .services import RunNotFound
+
+LAST_RUN_FIELDS = ("id", "status", "finished_at")
+
+
+def with_last_run(jobs: QuerySet, now: datetime) -> QuerySet:
+    """Jobs annotated with their last run (`last_run_id`, `_status`, `_finished_at`): three
+    correlated subqueries, each an index probe of (job, -scheduled_for). The last run is the
+    latest one due by now: runs materialised ahead of time have not happened yet."""
+    latest = Run.objects.filter(job=OuterRef("pk"), scheduled_for__lte=now).order_by(
+        "-scheduled_for", "-id"
+    )
+    return jobs.annotate(
+        **{f"last_run_{name}": Subquery(latest.values(name)[:1]) for name in LAST_RUN_FIELDS}
+    )
 
 
 def run_list(

@@ -8,17 +8,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from beat.clock import Clock
+from core.clock import Clock
 from jobs.models import AuditEvent, Job
 from jobs.schedule_fields import schedule_of
 from jobs.schedules import iter_slots
-from jobs.services import Actor, JobNotFound, enqueue_runs_on_commit
+from jobs.services import Actor, JobNotFound
+from jobs.validation import Errors, JobValidationError, validate_payload
 from tenants.models import Tenant
 
 from . import states
 from .models import Attempt, Run
+from .notify import enqueue_runs_on_commit
 
 
 class RunNotFound(Exception):
@@ -83,7 +85,7 @@ def _replay_one(tenant: Tenant, actor: Actor, run: Run, now: datetime) -> None:
     run.error, run.finished_at = "", None
     run.save(update_fields=["status", "attempt", "due_at", "error", "finished_at"])
     _audit(actor, "replay", run, {"from": previous, "attempt": run.attempt})
-    enqueue_runs_on_commit(tenant, [run])
+    enqueue_runs_on_commit(tenant.id, [run])
 
 
 def run_replay(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Run:
@@ -166,5 +168,63 @@ def job_backfill(
             job=job,
             changes={"start": start.isoformat(), "end": end.isoformat(), "runs": len(runs)},
         )
-        enqueue_runs_on_commit(tenant, runs)
+        enqueue_runs_on_commit(tenant.id, runs)
     return runs
+
+
+def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
+    """Runs materialised for the old schedule must not fire."""
+    return Run.objects.filter(job=job, trigger="schedule", status=states.SCHEDULED).update(
+        status=states.CANCELLED, error="schedule changed", finished_at=now
+    )
+
+
+def runs_cancel_for_deleted_job(*, job: Job, now: datetime) -> int:
+    return Run.objects.filter(job=job, status=states.SCHEDULED).update(
+        status=states.CANCELLED, error="job deleted", finished_at=now
+    )
+
+
+def job_trigger(
+    *,
+    tenant: Tenant,
+    actor: Actor,
+    job_id: int,
+    clock: Clock,
+    payload: Any = None,
+    idempotency_key: str | None = None,
+) -> tuple[Run, bool]:
+    """A manual run. The same idempotency key returns the same run (created = False)."""
+    if payload is not None and validate_payload(errors := Errors(), payload) is None:
+        raise JobValidationError(errors.items)
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
+        raise JobValidationError({"Idempotency-Key": ["must be 1 to 200 characters"]})
+    now = clock.now()
+    job = Job.objects.filter(id=job_id, deleted_at__isnull=True).first()
+    if job is None:
+        raise JobNotFound(job_id)
+    if idempotency_key:
+        existing = Run.objects.filter(job=job, idempotency_key=idempotency_key).first()
+        if existing:
+            return existing, False
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(
+                job=job,
+                trigger=Run.Trigger.MANUAL,
+                scheduled_for=now,
+                due_at=now,
+                payload_override=payload,
+                idempotency_key=idempotency_key,
+            )
+            AuditEvent.objects.create(
+                actor=actor.label,
+                action="trigger",
+                job=job,
+                run_id=run.id,
+                changes={"idempotency_key": idempotency_key},
+            )
+            enqueue_runs_on_commit(tenant.id, [run])
+    except IntegrityError:  # the same key raced us
+        return Run.objects.get(job=job, idempotency_key=idempotency_key), False
+    return run, True

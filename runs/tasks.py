@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.db import connection
 
-from beat.clock import SystemClock
+from core.clock import SystemClock
 
 from .execution import run_execute
 from .heartbeat import Heartbeats

@@ -39,6 +39,7 @@ SHARED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "scheduler_site",
+    "portal",
 ]
 TENANT_APPS = [
     "django.contrib.contenttypes",

@@ -11,5 +11,5 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include("scheduler_site.api.urls")),
-    path("", include("jobs.urls")),
+    path("", include("portal.urls")),
 ]

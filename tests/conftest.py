@@ -100,7 +100,7 @@ def redis_client():
     """The test Redis DB, emptied before and after the test."""
     from django.conf import settings
 
-    from scheduler_site.redis_client import get_redis
+    from core.redis import get_redis
 
     client = get_redis()
     assert client.connection_pool.connection_kwargs.get("db") == int(

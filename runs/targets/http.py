@@ -4,7 +4,7 @@ Pure library: no Django. The worker passes settings in (allow-list, limits) and 
 about retries from the returned :class:`HttpOutcome`; :func:`send` never raises for
 network problems, only for programming errors (bad method, unserialisable body, ...).
 
-How the guard is applied (see ssrf.py and /work/shared/reference/ssrf.md):
+How the guard is applied (see core/ssrf.py):
 
 * Every hop (the first request and each redirect) is checked and resolved once by
   ``resolve_destination``; a refused hop is never connected to.
@@ -42,7 +42,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from runs.targets.ssrf import (
+from core.ssrf import (
     AllowList,
     Destination,
     RefusedDestination,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from core.ssrf import parse_allow_networks
+
 from .http import HttpCall, send
-from .ssrf import parse_allow_networks
 
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 

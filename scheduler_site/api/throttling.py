@@ -14,7 +14,7 @@ from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from scheduler_site.redis_client import get_redis, redis_key
+from core.redis import get_redis, redis_key
 
 from .authentication import tenant_of
 

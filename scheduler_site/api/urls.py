@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from django.urls import include, path, re_path, register_converter
 
-from jobs.api.preview import SchedulePreviewView
-from jobs.api.views import (
+from scheduler_site.api.jobs.preview import SchedulePreviewView
+from scheduler_site.api.jobs.views import (
     JobCollectionView,
     JobDetailView,
     JobPauseView,
     JobResumeView,
     JobTriggerView,
 )
-from runs.api.views import (
+from scheduler_site.api.runs.views import (
     DlqCollectionView,
     DlqReplayView,
     JobBackfillView,

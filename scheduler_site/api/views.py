@@ -12,7 +12,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from beat.clock import Clock, SystemClock
+from core.clock import Clock, SystemClock
 
 from .authentication import actor_of, leave_token_tenant, tenant_of
 from .parsers import check_declared_size

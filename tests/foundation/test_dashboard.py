@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.test import Client
 from django_tenants.utils import schema_context
 
-from beat.clock import FakeClock
+from core.clock import FakeClock
 from runs.models import Run
 
 from ..integration.helpers import make_job, utc

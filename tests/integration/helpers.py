@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from django.db import connection
 from django_tenants.utils import schema_context
 
-from beat.clock import FakeClock
 from beat.engine import Engine, EngineConfig
 from beat.lease import bump_epoch
+from core.clock import FakeClock
 from jobs.services import Actor, job_create
 from runs.models import Run
 from tenants.models import Tenant

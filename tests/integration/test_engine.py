@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 from django_tenants.utils import schema_context
 
-from beat import index
-from beat.clock import FakeClock
-from beat.keys import index_key
 from beat.lease import bump_epoch
 from beat.store import FencingError
+from core import index
+from core.clock import FakeClock
+from core.keys import index_key
 from jobs.models import Job
 from runs import states
 
@@ -191,7 +191,7 @@ def test_materialising_yields_to_a_run_that_is_due(live, redis_client):
 def test_periodic_relay_publishes_an_overdue_run_the_leader_never_held(live, redis_client):
     """A run waits in PostgreSQL but in neither index nor memory (its index write was
     lost): the next periodic relay sweep must find it once it is overdue."""
-    from jobs.services import job_trigger
+    from runs.services import job_trigger
 
     from .helpers import ACTOR
 

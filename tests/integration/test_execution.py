@@ -10,15 +10,15 @@ import pytest
 from django.test import override_settings
 from django_tenants.utils import schema_context
 
-from beat import index
-from beat.clock import FakeClock
+from core import index
+from core.clock import FakeClock
 from jobs.models import Job
-from jobs.services import job_delete, job_trigger
+from jobs.services import job_delete
 from runs import states
 from runs.execution import run_execute
 from runs.heartbeat import Heartbeats
 from runs.models import Attempt, Run
-from runs.services import run_cancel, run_replay
+from runs.services import job_trigger, run_cancel, run_replay
 
 from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 from .receiver import Receiver

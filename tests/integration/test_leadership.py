@@ -12,12 +12,12 @@ import pytest
 from django.core.management import call_command
 from django_tenants.utils import schema_context
 
-from beat import index
-from beat.clock import FakeClock
 from beat.engine import EngineConfig
-from beat.keys import index_built_key, index_key, leader_info_key
 from beat.lease import LeaseLost, current_epoch
 from beat.loop import SchedulerProcess
+from core import index
+from core.clock import FakeClock
+from core.keys import index_built_key, index_key, leader_info_key
 from jobs.models import Job
 
 from .helpers import make_job, message_args, queued_messages, runs_of, utc

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django_tenants.utils import schema_context
 
-from beat.clock import FakeClock
+from core.clock import FakeClock
 from jobs.services import job_pause, job_resume
 from runs import states
 from runs.models import Run

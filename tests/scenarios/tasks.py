@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from runs.registry import RunContext, register_task
-from scheduler_site.redis_client import get_redis
+from core.redis import get_redis
+from core.registry import RunContext, register_task
 
 EXECUTIONS_KEY = "test:executions"
 

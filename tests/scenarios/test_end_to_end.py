@@ -7,8 +7,8 @@ import time
 import pytest
 from django_tenants.utils import schema_context
 
-from beat.clock import SystemClock
-from jobs.services import job_trigger
+from core.clock import SystemClock
+from runs.services import job_trigger
 
 from ..integration.helpers import ACTOR, make_job, runs_of
 from .procs import scheduler, wait_for, worker

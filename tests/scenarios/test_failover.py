@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from beat.clock import SystemClock
-from beat.keys import leader_info_key
+from core.clock import SystemClock
+from core.keys import leader_info_key
 
 from ..integration.helpers import make_job, message_args, queued_messages, runs_of
 from .procs import scheduler, wait_for

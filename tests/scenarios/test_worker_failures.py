@@ -9,9 +9,9 @@ import pytest
 from django.conf import settings
 from django_tenants.utils import schema_context
 
-from beat.clock import SystemClock
-from jobs.services import job_trigger
+from core.clock import SystemClock
 from runs.models import Attempt
+from runs.services import job_trigger
 
 from ..integration.helpers import ACTOR, make_job, runs_of
 from .procs import scheduler, wait_for, worker
@@ -35,7 +35,7 @@ def _trigger(tenant, job, n: int = 1):
 
 
 def test_worker_killed_mid_run_is_reaped_retried_and_finishes(live, redis_client, tmp_path):
-    from runs.registry import get_task
+    from core.registry import get_task
 
     assert settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS  # the test worker's value is in ENV
     import tests.scenarios.tasks  # noqa: F401  (registers test.record for job validation)

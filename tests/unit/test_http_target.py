@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 import httpx
 import pytest
 
+from core.ssrf import parse_allow_networks
 from runs.targets.http import HttpCall, HttpOutcome, send
-from runs.targets.ssrf import parse_allow_networks
 
 LOOPBACK = parse_allow_networks("127.0.0.0/8")
 ONLY_FIRST = parse_allow_networks("127.0.0.1/32")

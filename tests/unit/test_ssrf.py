@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from runs.targets.ssrf import (
+from core.ssrf import (
     Destination,
     RefusedDestination,
     check_url_syntax,

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
 from beat.rebuild import rebuild_index
-from scheduler_site.redis_client import get_redis
+from core.redis import get_redis
 
 
 class Command(BaseCommand):

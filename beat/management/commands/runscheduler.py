@@ -3,9 +3,9 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from beat.clock import SystemClock
 from beat.loop import SchedulerProcess
-from scheduler_site.redis_client import get_redis
+from core.clock import SystemClock
+from core.redis import get_redis
 
 
 class Command(BaseCommand):

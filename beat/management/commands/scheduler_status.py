@@ -2,9 +2,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from beat.clock import SystemClock
 from beat.status import scheduler_status
-from scheduler_site.redis_client import get_redis
+from core.clock import SystemClock
+from core.redis import get_redis
 
 
 class Command(BaseCommand):

@@ -9,10 +9,9 @@ from django.contrib.auth import get_user_model
 from django_tenants.utils import schema_context
 
 from jobs.demo import ensure_demo_jobs
-
-from .models import Tenant
-from .services import tenant_provision
-from .tokens import token_authenticate, token_issue
+from tenants.models import Tenant
+from tenants.services import tenant_provision
+from tenants.tokens import token_authenticate, token_issue
 
 DEMO = {"slug": "demo", "domain": "demo.localhost", "user": "demo", "password": "demo"}
 OPERATOR = ("admin", "admin")

@@ -13,11 +13,12 @@ from rest_framework.response import Response
 
 from jobs import selectors, services
 from jobs.models import Job
-from runs.api.serializers import RunSerializer
-from runs.selectors import run_get
+from runs import services as run_services
+from runs.selectors import run_get, with_last_run
 from scheduler_site.api.fields import query, validated
 from scheduler_site.api.pagination import KeysetPagination, page_of
 from scheduler_site.api.problems import READ_PROBLEMS, WRITE_PROBLEMS, problem_responses
+from scheduler_site.api.runs.serializers import RunSerializer
 from scheduler_site.api.throttling import ManualTriggerThrottle
 from scheduler_site.api.views import ApiView
 
@@ -60,7 +61,11 @@ class JobView(ApiView):
     """Shared by the job endpoints: a job's JSON as of now."""
 
     def job_json(self, job_id: int) -> dict[str, Any]:
-        return JobSerializer(selectors.job_get(job_id=job_id, now=self.clock.now())).data
+        return JobSerializer(
+            selectors.job_get(
+                job_id=job_id, queryset=with_last_run(Job.objects.all(), self.clock.now())
+            )
+        ).data
 
     def job_url(self, request: Request, job: Job) -> str:
         return request.build_absolute_uri(reverse("api:job", kwargs={"job_id": job.id}))
@@ -76,7 +81,7 @@ class JobCollectionView(JobView):
     )
     def get(self, request: Request) -> Response:
         filters = query(JobFilterSerializer, request)
-        jobs = selectors.job_list(now=self.clock.now(), **filters)
+        jobs = with_last_run(selectors.job_list(**filters), self.clock.now())
         paginator = JobPagination()
         page = paginator.paginate_queryset(jobs, request, self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
@@ -176,7 +181,7 @@ class JobTriggerView(JobView):
     )
     def post(self, request: Request, job_id: int) -> Response:
         payload = validated(TriggerSerializer, request.data).get("payload")
-        run, created = services.job_trigger(
+        run, created = run_services.job_trigger(
             job_id=job_id,
             payload=payload,
             idempotency_key=request.headers.get("Idempotency-Key"),

@@ -6,12 +6,11 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from beat.clock import SystemClock
+from core.clock import SystemClock
 from jobs.schedule_fields import schedule_of
 from jobs.schedules import describe
-from runs.selectors import newest_runs, run_list
-
-from .selectors import job_list
+from jobs.selectors import job_list
+from runs.selectors import newest_runs, run_list, with_last_run
 
 PAGE = 100
 
@@ -24,7 +23,7 @@ def _schedule_words(job) -> str:
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     now = SystemClock().now()
-    jobs = list(job_list(now=now).order_by("name", "id")[:PAGE])
+    jobs = list(with_last_run(job_list(), now).order_by("name", "id")[:PAGE])
     for job in jobs:
         job.schedule_words = _schedule_words(job)
     runs = newest_runs(run_list(until=now), 25)

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tenants.demo import DEMO, ensure_demo_tenant, ensure_operator
+from scheduler_site.demo import DEMO, ensure_demo_tenant, ensure_operator
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""The SSRF guard for tenant-supplied URLs (see /work/shared/reference/ssrf.md).
+"""The SSRF guard for tenant-supplied URLs.
 
 Pure library: no Django. The worker passes the operator allow-list in
 (``SCHEDULER_HTTP_ALLOW_NETWORKS`` parsed by :func:`parse_allow_networks`).

@@ -1,0 +1,74 @@
+"""Keeping the Redis time index in step with a job's row (PostgreSQL is the truth).
+
+A service saves a changed job flagged `index_dirty` in its own transaction; after the
+commit it writes the job's index entry and clears the flag. If Redis does not answer, or
+the process dies in between, the flag stays and the leader's sync writes the entry: an
+edit can never be lost to the index, and the sync reads only flagged jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import redis
+from django.db import connection, transaction
+from psycopg import sql
+
+from core import index
+from core.keys import wake_key
+from core.redis import get_redis
+from core.sql import pg_array, table
+from tenants.models import Tenant
+
+from .models import Job
+
+log = logging.getLogger("jobs.indexing")
+
+
+def save_and_index(tenant: Tenant, job: Job, *, creating: bool = False) -> None:
+    """Save a changed job (version bumped, flagged dirty); index it after the commit."""
+    if not creating:
+        job.version += 1
+    job.index_dirty = True
+    job.save()
+    schedulable = job.deleted_at is None and not job.paused and job.next_run_at is not None
+    schema, tenant_id, job_id = tenant.schema_name, tenant.id, job.id
+    when, version = job.next_run_at, job.version
+
+    def sync() -> None:
+        client = get_redis()
+        pipe = client.pipeline(transaction=False)
+        if schedulable:
+            index.put_jobs(pipe, [(tenant_id, job_id, when)])
+        else:
+            index.remove_jobs(pipe, [(tenant_id, job_id)])
+        pipe.rpush(wake_key(), "index")
+        pipe.execute()
+        mark_indexed(schema, [(job_id, version)])
+
+    transaction.on_commit(lambda: best_effort(sync))
+
+
+def mark_indexed(schema: str, jobs: list[tuple[int, int]]) -> None:
+    """Clear `index_dirty` of jobs whose index entry was written at that version (a newer
+    edit keeps its flag)."""
+    if not jobs:
+        return
+    ids, versions = zip(*jobs, strict=True)
+    query = sql.SQL(
+        "UPDATE {} AS j SET index_dirty = false FROM unnest(%s::bigint[], %s::int[]) AS u(id, v) "
+        "WHERE j.id = u.id AND j.version = u.v"
+    ).format(table(schema, "jobs_job"))
+    with connection.cursor() as cursor:
+        cursor.execute(query, [pg_array(list(ids)), pg_array(list(versions))])
+
+
+def best_effort(write_index: Callable[[], None]) -> None:
+    """The change is committed in PostgreSQL, the truth. If Redis does not answer now, the
+    leader's periodic sync (jobs) and relay (runs) bring the index up to date later: the
+    request must not fail for it."""
+    try:
+        write_index()
+    except redis.RedisError as exc:
+        log.warning("time index not updated now (%s); the leader's sync will catch up", exc)

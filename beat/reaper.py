@@ -19,6 +19,7 @@ from psycopg import sql
 from runs import states
 from runs.outcomes import Outcome, decide
 from runs.retry import RetryPolicy
+from runs.status_sql import STATUS
 
 from .store import REF_COLUMNS, RunRef, table
 
@@ -47,10 +48,10 @@ def reap_lost(cursor, schema: str, now: datetime, timeout_seconds: float) -> Rea
                j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter,
                j.deleted_at IS NOT NULL, j.priority, r.trigger, j.timeout_seconds
         FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
-        WHERE r.status = 'running' AND r.heartbeat_at < %s
+        WHERE r.status = {running} AND r.heartbeat_at < %s
         ORDER BY r.heartbeat_at LIMIT %s FOR UPDATE OF r SKIP LOCKED
         """
-    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"))
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
     cursor.execute(query, [now - timedelta(seconds=timeout_seconds), BATCH])
     rows = cursor.fetchall()
     reaped = Reaped()
@@ -116,12 +117,15 @@ def stale_queued(cursor, schema: str, now: datetime, timeout_seconds: float) -> 
         """
         UPDATE {runs} r SET queued_at = %s FROM {jobs} j
         WHERE j.id = r.job_id AND r.id IN (
-            SELECT id FROM {runs} WHERE status = 'queued' AND queued_at < %s
+            SELECT id FROM {runs} WHERE status = {queued} AND queued_at < %s
             ORDER BY queued_at LIMIT %s FOR UPDATE SKIP LOCKED)
         RETURNING {cols}
         """
     ).format(
-        cols=sql.SQL(REF_COLUMNS), runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+        cols=sql.SQL(REF_COLUMNS),
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        **STATUS,
     )
     cursor.execute(query, [now, now - timedelta(seconds=timeout_seconds), BATCH])
     return [RunRef(*row) for row in cursor.fetchall()]

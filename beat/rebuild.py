@@ -20,6 +20,7 @@ from core import index
 from core.keys import index_built_key, index_key
 from core.sql import table
 from jobs.indexing import mark_indexed
+from runs.status_sql import STATUS
 
 from .tenant_directory import TenantDirectory
 
@@ -50,7 +51,7 @@ def _pages(schema: str, tbl: str, columns: str, where: str, params: list):
         query = query.format(
             cols=sql.SQL(columns),
             tbl=table(schema, tbl),
-            where=sql.SQL(where),
+            where=where if isinstance(where, sql.Composable) else sql.SQL(where),
             after=sql.SQL("AND id > %s" if last is not None else ""),
         )
         with connection.cursor() as cursor:
@@ -70,7 +71,7 @@ def _fill(client, tenants: list[tuple[int, str]], jobs_key: str, runs_key: str) 
             pipe.zadd(jobs_key, {index.member(tenant_id, i): at.timestamp() for i, at in rows})
             pipe.execute()
             jobs += len(rows)
-        waiting = "status IN ('scheduled', 'retrying')"
+        waiting = sql.SQL("status IN {waiting}").format(**STATUS)
         for rows in _pages(schema, "runs_run", "due_at", waiting, []):
             pipe = client.pipeline(transaction=False)
             pipe.zadd(runs_key, {index.member(tenant_id, i): at.timestamp() for i, at in rows})

@@ -9,9 +9,10 @@ from psycopg import sql
 
 from core import index
 from core.keys import index_built_key, index_key, leader_info_key
+from core.sql import table
+from runs.status_sql import STATUS
 
 from .lease import current_epoch
-from .store import table
 from .tenant_directory import TenantDirectory
 
 
@@ -19,9 +20,8 @@ def _unfired_runs(now: datetime) -> tuple[int, datetime | None]:
     count, oldest = 0, None
     for _tenant_id, schema in TenantDirectory().all():
         query = sql.SQL(
-            "SELECT count(*), min(due_at) FROM {} "
-            "WHERE status IN ('scheduled', 'retrying') AND due_at <= %s"
-        ).format(table(schema, "runs_run"))
+            "SELECT count(*), min(due_at) FROM {} WHERE status IN {waiting} AND due_at <= %s"
+        ).format(table(schema, "runs_run"), **STATUS)
         with connection.cursor() as cursor:
             cursor.execute(query, [now])
             n, first = cursor.fetchone()

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from core.sql import pg_array, table
-from runs import states
+from runs.status_sql import STATUS
 
 JOB_COLUMNS = (
     "id",
@@ -112,13 +112,13 @@ def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
         INSERT INTO {runs} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason,
                             attempt, worker, error, created_at, finished_at)
         SELECT u.id, u.job_id, 'schedule', u.slot, u.due, u.status, u.reason, 1, '', '', now(),
-               CASE WHEN u.status = 'skipped' THEN now() END
+               CASE WHEN u.status = {skipped} THEN now() END
         FROM unnest(%s::uuid[], %s::bigint[], %s::timestamptz[], %s::timestamptz[],
                     %s::text[], %s::text[]) AS u(id, job_id, slot, due, status, reason)
         ON CONFLICT (job_id, scheduled_for) WHERE trigger = 'schedule' DO NOTHING
         RETURNING id
         """
-    ).format(runs=table(schema, "runs_run"))
+    ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(
         query, [pg_array(column) for column in (ids, job_ids, slots, dues, statuses, reasons)]
     )
@@ -156,10 +156,10 @@ def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, Job
                j.deleted_at IS NOT NULL,
                CASE WHEN j.concurrency_policy = 'allow' THEN 0 ELSE
                  (SELECT count(*) FROM {runs} r
-                  WHERE r.job_id = j.id AND r.status IN ('queued', 'running')) END
+                  WHERE r.job_id = j.id AND r.status IN {active}) END
         FROM {jobs} j WHERE j.id = ANY(%s)
         """
-    ).format(jobs=table(schema, "jobs_job"), runs=table(schema, "runs_run"))
+    ).format(jobs=table(schema, "jobs_job"), runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [job_ids])
     return {row[0]: JobAdmissionRow(*row) for row in cursor.fetchall()}
 
@@ -170,10 +170,10 @@ def mark_queued(cursor, schema: str, run_ids: list, now: datetime) -> set:
         return set()
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = 'queued', queued_at = %s
-        WHERE id = ANY(%s::uuid[]) AND status IN ('scheduled', 'retrying') RETURNING id
+        UPDATE {runs} SET status = {queued}, queued_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status IN {admittable} RETURNING id
         """
-    ).format(runs=table(schema, "runs_run"))
+    ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [now, pg_array(run_ids)])
     return {row[0] for row in cursor.fetchall()}
 
@@ -185,13 +185,13 @@ def queue_unconstrained(cursor, schema: str, run_ids: list, now: datetime) -> se
         return set()
     query = sql.SQL(
         """
-        UPDATE {runs} r SET status = 'queued', queued_at = %s FROM {jobs} j
-        WHERE r.id = ANY(%s::uuid[]) AND r.status IN ('scheduled', 'retrying')
+        UPDATE {runs} r SET status = {queued}, queued_at = %s FROM {jobs} j
+        WHERE r.id = ANY(%s::uuid[]) AND r.status IN {admittable}
           AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
-          AND (NOT j.paused OR r.trigger <> 'schedule')
+          AND (NOT j.paused OR r.trigger <> 'schedule' OR r.attempt > 1)
         RETURNING r.id
         """
-    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"))
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
     cursor.execute(query, [now, pg_array(run_ids)])
     return {row[0] for row in cursor.fetchall()}
 
@@ -201,10 +201,10 @@ def mark_skipped(cursor, schema: str, run_ids: list, reason: str, now: datetime)
         return 0
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = 'skipped', skip_reason = %s, finished_at = %s
-        WHERE id = ANY(%s::uuid[]) AND status IN ('scheduled', 'queued')
+        UPDATE {runs} SET status = {skipped}, skip_reason = %s, finished_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status IN {skippable}
         """
-    ).format(runs=table(schema, "runs_run"))
+    ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [reason, now, run_ids])
     return cursor.rowcount
 
@@ -214,11 +214,11 @@ def cancel_runs(cursor, schema: str, run_ids: list, error: str, now: datetime) -
         return 0
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = 'cancelled', error = %s, finished_at = %s
-        WHERE id = ANY(%s::uuid[]) AND status = ANY(%s)
+        UPDATE {runs} SET status = {cancelled}, error = %s, finished_at = %s
+        WHERE id = ANY(%s::uuid[]) AND status IN {cancellable}
         """
-    ).format(runs=table(schema, "runs_run"))
-    cursor.execute(query, [error, now, run_ids, list(states.sources_of(states.CANCELLED))])
+    ).format(runs=table(schema, "runs_run"), **STATUS)
+    cursor.execute(query, [error, now, run_ids])
     return cursor.rowcount
 
 
@@ -230,10 +230,10 @@ def cancel_active_runs_of_jobs(
         return 0
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = 'cancelled', error = %s, finished_at = %s
-        WHERE job_id = ANY(%s) AND status IN ('queued', 'running')
+        UPDATE {runs} SET status = {cancelled}, error = %s, finished_at = %s
+        WHERE job_id = ANY(%s) AND status IN {active}
         """
-    ).format(runs=table(schema, "runs_run"))
+    ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [error, now, job_ids])
     return cursor.rowcount
 
@@ -265,12 +265,15 @@ def pending_runs(
         """
         SELECT {cols}
         FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
-        WHERE r.status IN ('scheduled', 'retrying') AND r.due_at <= %s
+        WHERE r.status IN {waiting} AND r.due_at <= %s
           AND (%s::uuid[] IS NULL OR r.id = ANY(%s::uuid[]))
         ORDER BY r.due_at LIMIT %s
         """
     ).format(
-        cols=sql.SQL(REF_COLUMNS), runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+        cols=sql.SQL(REF_COLUMNS),
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        **STATUS,
     )
     cursor.execute(query, [until, run_ids, run_ids, limit])
     return [RunRef(*row) for row in cursor.fetchall()]
@@ -280,10 +283,13 @@ def queued_runs(cursor, schema: str) -> list[RunRef]:
     query = sql.SQL(
         """
         SELECT {cols}
-        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE r.status = 'queued'
+        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE r.status = {queued}
         """
     ).format(
-        cols=sql.SQL(REF_COLUMNS), runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+        cols=sql.SQL(REF_COLUMNS),
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        **STATUS,
     )
     cursor.execute(query)
     return [RunRef(*row) for row in cursor.fetchall()]

@@ -34,3 +34,10 @@ def pg_array(values: list) -> str:
 
 def table(schema: str, name: str) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def one_of(values: tuple[str, ...] | list[str]) -> sql.Composable:
+    """`('a', 'b')` for `status IN {}`: literals rather than a parameter, so that the
+    planner can prove a partial index's predicate (`WHERE status = 'scheduled'`) even for a
+    prepared statement's generic plan. Used with the named sets of `runs.states`."""
+    return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))

@@ -29,6 +29,7 @@ from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
 from .outcomes import Decision, Outcome, decide
 from .retry import RetryPolicy
+from .status_sql import STATUS
 from .targets.http_target import call_http_target, scheduler_headers
 
 log = logging.getLogger("runs.execution")
@@ -60,9 +61,9 @@ class Claimed:
 # the common failure, are unaffected. See docs/adr/0007-worker-bookkeeping.md.
 CLAIM_SQL = """
 WITH claimed AS (
-    UPDATE {runs} SET status = 'running', started_at = %(now)s, heartbeat_at = %(now)s,
+    UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = %(now)s,
                       worker = %(worker)s, error = ''
-    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN ('scheduled', 'queued')
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
     RETURNING id, job_id, attempt, scheduled_for, payload_override
 )
@@ -78,7 +79,7 @@ def claim_run(
     *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
 ) -> Claimed | None:
     query = sql.SQL(CLAIM_SQL).format(
-        runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+        runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS
     )
     with connection.cursor() as cursor:
         cursor.execute(query, {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt})
@@ -113,7 +114,7 @@ WITH finished AS (
     UPDATE {runs} SET status = %(status)s, finished_at = %(finished)s, error = %(error)s,
                       attempt = %(next_attempt)s, due_at = coalesce(%(due)s, due_at),
                       heartbeat_at = NULL
-    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status = 'running'
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {finishable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
     RETURNING id, started_at, worker
 )
@@ -131,7 +132,9 @@ def finish_run(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision | 
     (cancelled, or reaped as lost): then this late result changes nothing."""
     decision = decide(claimed, outcome, now)
     query = sql.SQL(FINISH_SQL).format(
-        runs=table(claimed.schema, "runs_run"), attempts=table(claimed.schema, "runs_attempt")
+        runs=table(claimed.schema, "runs_run"),
+        attempts=table(claimed.schema, "runs_attempt"),
+        **STATUS,
     )
     params = {
         "status": decision.status,
@@ -143,7 +146,7 @@ def finish_run(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision | 
         "attempt": claimed.attempt,
         "now": now,
         "output": outcome.output[:OUTPUT_LIMIT],
-        "outcome": "succeeded" if outcome.ok else "failed",
+        "outcome": states.ATTEMPT_SUCCEEDED if outcome.ok else states.ATTEMPT_FAILED,
     }
     with connection.cursor() as cursor:
         cursor.execute(query, params)

@@ -19,6 +19,8 @@ from psycopg import sql
 
 from core.sql import table
 
+from .status_sql import STATUS
+
 log = logging.getLogger("runs.heartbeat")
 
 
@@ -62,9 +64,9 @@ class Heartbeats:
 
     def _beat_schema(self, schema: str, run_ids: list[str]) -> set[str]:
         query = sql.SQL(
-            "UPDATE {} SET heartbeat_at = %s WHERE id = ANY(%s::uuid[]) AND status = 'running' "
+            "UPDATE {} SET heartbeat_at = %s WHERE id = ANY(%s::uuid[]) AND status = {running} "
             "RETURNING id"
-        ).format(table(schema, "runs_run"))
+        ).format(table(schema, "runs_run"), **STATUS)
         with connection.cursor() as cursor:
             cursor.execute(query, [self.now(), run_ids])
             return {str(row[0]) for row in cursor.fetchall()}

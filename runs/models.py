@@ -13,7 +13,6 @@ class Run(models.Model):
     class Trigger(models.TextChoices):
         SCHEDULE = "schedule"
         MANUAL = "manual"
-        RETRY = "retry"
         DEPENDENCY = "dependency"
         BACKFILL = "backfill"
 
@@ -57,15 +56,17 @@ class Run(models.Model):
         ]
         indexes = [
             models.Index(
-                fields=["due_at"], name="run_pending_idx", condition=Q(status="scheduled")
+                fields=["due_at"], name="run_pending_idx", condition=Q(status=states.SCHEDULED)
             ),
             models.Index(
-                fields=["due_at"], name="run_retrying_idx", condition=Q(status="retrying")
+                fields=["due_at"], name="run_retrying_idx", condition=Q(status=states.RETRYING)
             ),
             models.Index(
-                fields=["heartbeat_at"], name="run_running_idx", condition=Q(status="running")
+                fields=["heartbeat_at"], name="run_running_idx", condition=Q(status=states.RUNNING)
             ),
-            models.Index(fields=["queued_at"], name="run_queued_idx", condition=Q(status="queued")),
+            models.Index(
+                fields=["queued_at"], name="run_queued_idx", condition=Q(status=states.QUEUED)
+            ),
             models.Index(fields=["job", "-scheduled_for"], name="run_job_history_idx"),
             models.Index(fields=["status", "-scheduled_for"], name="run_status_idx"),
         ]
@@ -86,7 +87,7 @@ class Run(models.Model):
                 Attempt(
                     run=self,
                     number=self.attempt,
-                    outcome="running",
+                    outcome=states.ATTEMPT_RUNNING,
                     worker=self.worker,
                     started_at=self.started_at,
                 )
@@ -98,15 +99,17 @@ class Attempt(models.Model):
     """One try of a run: the audit trail of what each worker did."""
 
     class Outcome(models.TextChoices):
-        RUNNING = "running"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        LOST = "lost"  # the worker vanished (reaped after the visibility timeout)
-        CANCELLED = "cancelled"
+        RUNNING = states.ATTEMPT_RUNNING
+        SUCCEEDED = states.ATTEMPT_SUCCEEDED
+        FAILED = states.ATTEMPT_FAILED
+        LOST = states.ATTEMPT_LOST  # the worker vanished (reaped after the visibility timeout)
+        CANCELLED = states.ATTEMPT_CANCELLED
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
-    outcome = models.CharField(max_length=10, choices=Outcome.choices, default="running")
+    outcome = models.CharField(
+        max_length=10, choices=Outcome.choices, default=states.ATTEMPT_RUNNING
+    )
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -37,10 +37,6 @@ class BackfillError(Exception):
         self.field = field
 
 
-CANCELLABLE = (states.SCHEDULED, states.QUEUED, states.RETRYING, states.RUNNING)
-REPLAYABLE = (states.FAILED, states.DEAD)
-
-
 def _audit(actor: Actor, action: str, run: Run, changes: dict | None = None) -> None:
     AuditEvent.objects.create(
         actor=actor.label, action=action, job_id=run.job_id, run_id=run.id, changes=changes or {}
@@ -56,7 +52,7 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
         run = Run.objects.select_for_update().filter(id=run_id).first()
         if run is None:
             raise RunNotFound(run_id)
-        if run.status not in CANCELLABLE:
+        if run.status not in states.CANCELLABLE:
             raise RunStateError(f"a {run.status} run cannot be cancelled")
         previous = run.status
         run.status, run.finished_at = states.CANCELLED, now
@@ -67,7 +63,7 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
                 run=run,
                 number=run.attempt,
                 defaults={
-                    "outcome": "cancelled",
+                    "outcome": states.ATTEMPT_CANCELLED,
                     "finished_at": now,
                     "error": run.error,
                     "worker": run.worker,
@@ -93,10 +89,8 @@ def run_replay(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
         run = Run.objects.select_for_update().filter(id=run_id).first()
         if run is None:
             raise RunNotFound(run_id)
-        if run.status not in REPLAYABLE:
-            raise RunStateError(
-                f"only failed or dead runs can be replayed; this one is {run.status}"
-            )
+        if run.status not in states.REPLAYABLE:
+            raise RunStateError(f"only dead runs can be replayed; this one is {run.status}")
         if Job.objects.filter(id=run.job_id, deleted_at__isnull=False).exists():
             raise RunStateError("its job was deleted")
         _replay_one(tenant, actor, run, clock.now())
@@ -180,7 +174,7 @@ def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
 
 
 def runs_cancel_for_deleted_job(*, job: Job, now: datetime) -> int:
-    return Run.objects.filter(job=job, status=states.SCHEDULED).update(
+    return Run.objects.filter(job=job, status__in=states.WAITING).update(
         status=states.CANCELLED, error="job deleted", finished_at=now
     )
 

@@ -1,8 +1,23 @@
 """Run statuses and the transitions allowed between them: the one place that decides.
 
-scheduled -> queued -> running -> succeeded | failed
-failed -> retrying -> queued ; failed -> dead ; dead -> retrying (replay)
-scheduled | queued | retrying | running -> cancelled ; scheduled -> skipped
+    scheduled ──▶ queued ──▶ running ──▶ succeeded
+        │            │          │
+        │            │          ├──▶ retrying ──▶ queued ──▶ running ...   (a new attempt)
+        │            │          └──▶ dead ──(replay)──▶ retrying
+        └──▶ skipped └──▶ cancelled (from any status that has not ended)
+
+- `scheduled`: created for a slot (or by a trigger) and waiting for the leader's admission.
+- `retrying`: an attempt failed or was lost and the next one waits for its backoff (or a
+  dead run was replayed); admitted by the leader like a scheduled run.
+- `queued`: admitted; its message is in the broker. `running`: a worker claimed it.
+- `succeeded`, `dead` (the DLQ: attempts exhausted, or a target that cannot be prepared),
+  `skipped` (with a reason) and `cancelled` are where a run ends; only `dead` goes on,
+  by a replay.
+
+A failed attempt is recorded as an attempt (`runs.Attempt.outcome = failed`); the run itself
+goes straight to `retrying` or `dead`, so there is no `failed` run status. Every status
+filter and conditional UPDATE in the code is built from the names below (a test fails on a
+status word written into SQL anywhere else).
 """
 
 from __future__ import annotations
@@ -11,31 +26,32 @@ SCHEDULED = "scheduled"
 QUEUED = "queued"
 RUNNING = "running"
 SUCCEEDED = "succeeded"
-FAILED = "failed"
 RETRYING = "retrying"
 DEAD = "dead"
 SKIPPED = "skipped"
 CANCELLED = "cancelled"
 
-ALL = (SCHEDULED, QUEUED, RUNNING, SUCCEEDED, FAILED, RETRYING, DEAD, SKIPPED, CANCELLED)
-TERMINAL = frozenset({SUCCEEDED, DEAD, SKIPPED, CANCELLED})
-# Runs that hold a concurrency slot of their job.
-ACTIVE = frozenset({QUEUED, RUNNING})
-# Runs a worker may claim: `scheduled` too, because the leader publishes a run inside the
-# transaction that marks it queued, and a fast worker may see the message first.
-CLAIMABLE = frozenset({SCHEDULED, QUEUED})
+ALL = (SCHEDULED, QUEUED, RUNNING, SUCCEEDED, RETRYING, DEAD, SKIPPED, CANCELLED)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
+    # `running` straight from `scheduled`: the leader publishes inside the transaction that
+    # marks the run queued; if that commit is lost, a worker still claims the first attempt.
+    # A retry is claimable only once admitted (its backoff is the leader's to decide).
     SCHEDULED: frozenset({QUEUED, RUNNING, SKIPPED, CANCELLED}),
-    QUEUED: frozenset({RUNNING, CANCELLED, SKIPPED}),
-    RUNNING: frozenset({SUCCEEDED, FAILED, RETRYING, DEAD, CANCELLED}),
-    FAILED: frozenset({RETRYING, DEAD, QUEUED}),
-    RETRYING: frozenset({QUEUED, RUNNING, CANCELLED}),
-    DEAD: frozenset({QUEUED, RETRYING}),  # replay: a new attempt awaits admission
+    RETRYING: frozenset({QUEUED, SKIPPED, CANCELLED}),
+    QUEUED: frozenset({RUNNING, CANCELLED}),
+    RUNNING: frozenset({SUCCEEDED, RETRYING, DEAD, CANCELLED}),
+    DEAD: frozenset({RETRYING}),  # replay: a new attempt awaits admission
     SUCCEEDED: frozenset(),
     SKIPPED: frozenset(),
     CANCELLED: frozenset(),
 }
+
+TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets or s == DEAD)
+# Waiting for the leader's admission (its relay, rebuild and status read these).
+WAITING = (SCHEDULED, RETRYING)
+# Holding a concurrency slot of their job (and, with fair share, of their tenant).
+ACTIVE = (QUEUED, RUNNING)
 
 SKIP_OVERLAP = "overlap"
 SKIP_MISFIRE = "misfire"
@@ -61,3 +77,27 @@ def check_transition(current: str, new: str) -> None:
 def sources_of(new: str) -> tuple[str, ...]:
     """Statuses from which a run may move to `new`: the WHERE clause of a conditional UPDATE."""
     return tuple(status for status in ALL if new in TRANSITIONS[status])
+
+
+# The sources of each transition the code writes, named for the statement that writes it.
+CLAIMABLE = sources_of(RUNNING)  # a worker's claim
+ADMITTABLE = sources_of(QUEUED)  # the leader's fire
+SKIPPABLE = sources_of(SKIPPED)  # overlap, misfire, paused at admission
+CANCELLABLE = sources_of(CANCELLED)  # a cancel, `replace`, a deleted job
+REPLAYABLE = tuple(s for s in sources_of(RETRYING) if s != RUNNING)  # a replay: dead
+FINISHABLE = (RUNNING,)  # a worker's finish, the reaper's lost attempt
+
+# How one attempt ended (`runs.Attempt.outcome`): a failed attempt makes its run `retrying`
+# or `dead`; a lost one was reaped after its worker went silent.
+ATTEMPT_RUNNING = "running"
+ATTEMPT_SUCCEEDED = "succeeded"
+ATTEMPT_FAILED = "failed"
+ATTEMPT_LOST = "lost"
+ATTEMPT_CANCELLED = "cancelled"
+ATTEMPT_OUTCOMES = (
+    ATTEMPT_RUNNING,
+    ATTEMPT_SUCCEEDED,
+    ATTEMPT_FAILED,
+    ATTEMPT_LOST,
+    ATTEMPT_CANCELLED,
+)

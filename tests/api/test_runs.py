@@ -107,7 +107,7 @@ def test_manual_triggers_are_throttled_per_tenant(alpha_api: Api, beta_api: Api)
 def test_runs_filter_by_job_status_trigger_and_time(alpha_api: Api, live):
     tenant = live["alpha"].tenant
     one, two = alpha_api.create_job()["id"], alpha_api.create_job()["id"]
-    old = make_run(tenant, one, "failed", minutes_ago=120)
+    old = make_run(tenant, one, "dead", minutes_ago=120)
     recent = make_run(tenant, one, "succeeded", minutes_ago=5, trigger="schedule")
     other = make_run(tenant, two, "succeeded", minutes_ago=1)
 
@@ -118,7 +118,7 @@ def test_runs_filter_by_job_status_trigger_and_time(alpha_api: Api, live):
 
     assert ids() == [str(other.id), str(recent.id), str(old.id)]  # newest scheduled first
     assert ids(job=one) == [str(recent.id), str(old.id)]
-    assert ids(status="failed") == [str(old.id)]
+    assert ids(status="dead") == [str(old.id)]
     assert ids(trigger="schedule") == [str(recent.id)]
     hour_ago = (timezone.now() - timedelta(hours=1)).isoformat()
     assert ids(since=hour_ago, job=one) == [str(recent.id)]

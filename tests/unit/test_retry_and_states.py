@@ -34,7 +34,7 @@ def test_huge_exponents_do_not_overflow():
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("queued", "running"), ("running", "retrying"), ("dead", "queued"), ("scheduled", "skipped")],
+    [("queued", "running"), ("running", "retrying"), ("dead", "retrying"), ("scheduled", "skipped")],
 )
 def test_allowed_transitions(a, b):
     states.check_transition(a, b)
@@ -47,6 +47,8 @@ def test_allowed_transitions(a, b):
         ("skipped", "running"),
         ("cancelled", "queued"),
         ("queued", "succeeded"),
+        ("dead", "queued"),
+        ("retrying", "running"),
     ],
 )
 def test_illegal_transitions_raise(a, b):
@@ -55,4 +57,8 @@ def test_illegal_transitions_raise(a, b):
 
 
 def test_conditional_update_sources_follow_the_table():
-    assert set(states.sources_of(states.RUNNING)) == {"scheduled", "queued", "retrying"}
+    assert set(states.CLAIMABLE) == {"scheduled", "queued"}
+    assert set(states.ADMITTABLE) == {"scheduled", "retrying"}
+    assert set(states.CANCELLABLE) == {"scheduled", "queued", "running", "retrying"}
+    assert states.REPLAYABLE == ("dead",)
+    assert states.TERMINAL == {"succeeded", "dead", "skipped", "cancelled"}

@@ -1,0 +1,27 @@
+"""The run statuses of `runs.states` as SQL fragments, for raw statements: pass `**STATUS`
+to `sql.SQL(...).format` and write `status = {queued}` or `status IN {waiting}`.
+
+Single statuses are `{<status>}`; the named sets are `{waiting}`, `{active}`, `{terminal}`
+and the sources of each transition: `{claimable}`, `{admittable}`, `{skippable}`,
+`{cancellable}`, `{replayable}`, `{finishable}`."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from core.sql import one_of
+
+from . import states
+
+STATUS: dict[str, sql.Composable] = {
+    **{status: sql.Literal(status) for status in states.ALL},
+    "waiting": one_of(states.WAITING),
+    "active": one_of(states.ACTIVE),
+    "terminal": one_of(sorted(states.TERMINAL)),
+    "claimable": one_of(states.CLAIMABLE),
+    "admittable": one_of(states.ADMITTABLE),
+    "skippable": one_of(states.SKIPPABLE),
+    "cancellable": one_of(states.CANCELLABLE),
+    "replayable": one_of(states.REPLAYABLE),
+    "finishable": one_of(states.FINISHABLE),
+}

@@ -1,40 +1,41 @@
-"""The leader's work: materialise due slots, fire runs at their instant, relay strays.
+"""The leader's work: materialise due slots, fire runs at their instant, keep the indexes
+right, relay strays, reap the lost.
 
 Each step is a method that returns how much it did, so that tests drive it directly with a
 fake clock (the loop in `beat.loop` only sequences them and sleeps). Every transaction
-that writes schedule state starts with the fencing check (invariant 3).
+that writes schedule state starts with the fencing check (invariant 3), every Redis write
+is fenced by the lease token (`beat/fenced.py`), and the engine calls `checkpoint` between
+units of work, which renews the lease when due: no step holds the loop past the lease.
+The steps live in their own modules: `materialise`, `fire`, `sweeps`, `rebuild`.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
-from collections import defaultdict
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 
 from core import index
 from core.clock import Clock
-from core.keys import index_key
-from jobs.schedule_fields import schedule_of
-from runs import states
-from runs.ids import uuid7
+from core.keys import faults_key, index_key
 
-from . import reaper, store
-from .admission import DueRun, JobLimits, admit
-from .messages import build_message, push_messages, queue_for, time_limits
-from .planning import MisfireRules, plan_job
-from .rebuild import sync_index
+from . import fire as fire_step
+from . import materialise as materialise_step
+from . import sweeps
+from .faults import TenantFaults, isolated
+from .fenced import Cas, FencedRedis
+from .pending import Pending, PendingRuns
+from .rebuild import IndexRebuild, put_back_schedulable
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.engine")
 
-EXECUTE_TASK = "runs.execute_run"
+FireStats = fire_step.FireStats
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,12 @@ class EngineConfig:
     misfire_max_age_seconds: int = 86400
     visibility_timeout_seconds: float = 300.0
     fire_chunk: int = 2000
+    sweep_budget_seconds: float = 0.25  # per sweep per iteration
+    rebuild_budget_seconds: float = 0.4  # per iteration while a rebuild runs
 
     @classmethod
     def from_settings(cls) -> EngineConfig:
+        lease = settings.SCHEDULER_LEASE_SECONDS
         return cls(
             lookahead_seconds=settings.SCHEDULER_LOOKAHEAD_SECONDS,
             shard_count=settings.SCHEDULER_SHARD_COUNT,
@@ -58,6 +62,8 @@ class EngineConfig:
             misfire_max_runs=settings.SCHEDULER_MISFIRE_MAX_RUNS,
             misfire_max_age_seconds=settings.SCHEDULER_MISFIRE_MAX_AGE_SECONDS,
             visibility_timeout_seconds=settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS,
+            sweep_budget_seconds=lease / 8,
+            rebuild_budget_seconds=lease / 5,
         )
 
     @property
@@ -65,372 +71,205 @@ class EngineConfig:
         return min(self.visibility_timeout_seconds / 4, 30.0)
 
 
-@dataclass
-class Pending:
-    """A run waiting in memory for its instant, with its Celery message already built."""
-
-    due: float
-    seq: int
-    tenant_id: int
-    schema: str
-    run_id: Any
-    job_id: int
-    scheduled_for: datetime
-    trigger: str
-    queue: str
-    message: bytes
-
-
-@dataclass
-class FireStats:
-    published: int = 0
-    skipped: int = 0
-    held: int = 0
-    cancelled: int = 0
-    lags: list[float] = field(default_factory=list)  # publish time - due time, seconds
-
-
 class Engine:
     def __init__(
-        self, *, client, clock: Clock, epoch: int, config: EngineConfig, origin: str
+        self,
+        *,
+        client,
+        clock: Clock,
+        epoch: int,
+        config: EngineConfig,
+        origin: str,
+        writes: FencedRedis | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.clock = clock
         self.epoch = epoch
         self.config = config
         self.origin = origin
+        self.writes = writes or FencedRedis(client, lock_key="", token=None)
+        self.checkpoint = checkpoint or (lambda: None)
+        self.index_key = index_key()
         self.tenants = TenantDirectory()
-        # A heap of (due, seq, entry): tuples compare in C, dataclasses in Python.
-        self.pending: list[tuple[float, int, Pending]] = []
-        self.known: set = set()  # run ids in `pending` or `held`
-        self.held: dict[tuple[int, int], list[Pending]] = defaultdict(list)
-        self.last_relay: datetime | None = None
-        self.last_reap: datetime | None = None
+        self.faults = TenantFaults()
+        self.runs = PendingRuns(shard_count=config.shard_count, origin=origin)
         self.materialise_interrupted = False
-        self._seq = itertools.count()
         self.last_fire = FireStats()
         self.lag_log: list[float] | None = None  # benchmarks collect every publish lag here
+        self.relay_sweep = sweeps.TenantSweep("relay", config.relay_interval_seconds)
+        self.takeover_sweep = sweeps.TenantSweep("takeover relay", 0)
+        self.reconcile_sweep = sweeps.TenantSweep("reconcile", config.relay_interval_seconds)
+        self.sync_sweep = sweeps.TenantSweep("sync", config.relay_interval_seconds)
+        self.reap_sweep = sweeps.TenantSweep("reap", config.reap_interval_seconds)
+        self.rebuild: IndexRebuild | None = None
 
-    # --- building pending entries ----------------------------------------------------------
-    def _pending(self, tenant_id: int, schema: str, ref: store.RunRef) -> Pending:
-        queue = queue_for(ref.priority, f"{tenant_id}:{ref.job_id}", self.config.shard_count)
-        message = build_message(
-            task_name=EXECUTE_TASK,
-            task_id=str(ref.run_id),
-            args=[schema, str(ref.run_id), ref.attempt],
-            queue=queue,
-            origin=self.origin,
-            time_limits=time_limits(ref.timeout_seconds),
-        )
-        return Pending(
-            ref.due_at.timestamp(),
-            next(self._seq),
-            tenant_id,
-            schema,
-            ref.run_id,
-            ref.job_id,
-            ref.scheduled_for,
-            ref.trigger,
-            queue,
-            message,
-        )
-
-    def _remember(self, entry: Pending) -> None:
-        if entry.run_id not in self.known:
-            self.known.add(entry.run_id)
-            heapq.heappush(self.pending, (entry.due, entry.seq, entry))
-
-    # --- materialise -----------------------------------------------------------------------
+    # --- the steps -------------------------------------------------------------------------
     def materialise(self) -> int:
         """Turn due index entries into runs; returns how many index entries it processed."""
-        now = self.clock.now()
-        horizon = now + timedelta(seconds=self.config.lookahead_seconds)
-        entries = index.due(
-            self.client, index_key(), horizon.timestamp(), self.config.materialise_batch
-        )
-        by_tenant: dict[int, list[int]] = defaultdict(list)
-        for tenant_id, job_id, _score in entries:
-            by_tenant[tenant_id].append(int(job_id))
-        processed = 0
-        self.materialise_interrupted = False
-        for tenant_id, job_ids in by_tenant.items():
-            self._materialise_tenant(tenant_id, job_ids, now, horizon)
-            processed += len(job_ids)
-            if processed < len(entries) and self._fire_is_due():
-                self.materialise_interrupted = True  # firing on time comes first
-                break
-        return processed
+        return materialise_step.materialise(self)
 
-    def _fire_is_due(self) -> bool:
-        return bool(self.pending) and self.pending[0][0] <= self.clock.now().timestamp()
+    def fire(self) -> FireStats:
+        """Admit and publish every run whose instant has come."""
+        return fire_step.fire(self)
 
-    def _materialise_tenant(
-        self, tenant_id: int, job_ids: list[int], now: datetime, horizon: datetime
-    ) -> None:
-        schema = self.tenants.schema(tenant_id)
-        if schema is None:  # the tenant is gone
-            pipe = self.client.pipeline(transaction=False)
-            index.remove_jobs(pipe, [(tenant_id, j) for j in job_ids])
-            pipe.execute()
-            return
-        with transaction.atomic(), connection.cursor() as cursor:
-            store.fence(cursor, self.epoch)
-            jobs = store.lock_jobs(cursor, schema, job_ids)
-            rows, cursors, fresh = self._plan(jobs, now, horizon)
-            inserted = set(store.insert_scheduled_runs(cursor, schema, rows))
-            store.advance_jobs(cursor, schema, cursors)
-        self._sync_index(tenant_id, job_ids, jobs)
-        for run_id, job_id, slot, due, status, _reason in rows:
-            if run_id in inserted and status == states.SCHEDULED:
-                job = fresh[job_id]
-                ref = store.RunRef(
-                    run_id, job_id, slot, due, 1, job.priority, "schedule", job.timeout_seconds
-                )
-                self._remember(self._pending(tenant_id, schema, ref))
-
-    def _plan(self, jobs: list[store.JobRow], now: datetime, horizon: datetime):
-        rows: list[tuple] = []
-        cursors: list[tuple[int, datetime | None]] = []
-        planned: dict[int, store.JobRow] = {}
-        for job in jobs:
-            if not job.schedulable or job.next_run_at > horizon:
-                continue
-            schedule = schedule_of(job)
-            if schedule is None:
-                continue
-            plan = plan_job(
-                schedule=schedule,
-                next_run_at=job.next_run_at,
-                now=now,
-                horizon=horizon,
-                rules=self._rules(job),
-                seed=job.hash_seed,
-                jitter_seconds=job.jitter_seconds,
-                paused_window=_paused_window(job),
-            )
-            if plan.dropped or plan.truncated_before:
-                log.warning(
-                    "job %s: %s missed slots not recorded (before %s)",
-                    job.id,
-                    plan.dropped,
-                    plan.truncated_before,
-                )
-            for run in plan.runs:
-                rows.append(
-                    (uuid7(), job.id, run.scheduled_for, run.due_at, run.status, run.skip_reason)
-                )
-            cursors.append((job.id, plan.next_run_at))
-            job.next_run_at = plan.next_run_at
-            planned[job.id] = job
-        return rows, cursors, planned
-
-    def _rules(self, job: store.JobRow) -> MisfireRules:
-        return MisfireRules(
-            policy=job.misfire_policy,
-            grace_seconds=job.misfire_grace_seconds,
-            max_catchup_runs=self.config.misfire_max_runs,
-            max_age_seconds=self.config.misfire_max_age_seconds,
-        )
-
-    def _sync_index(self, tenant_id: int, job_ids: list[int], jobs: list[store.JobRow]) -> None:
-        """After commit: new scores for advanced jobs, removal of the unschedulable/missing."""
-        found = {job.id: job for job in jobs}
-        keep = [(tenant_id, j.id, j.next_run_at) for j in jobs if j.schedulable]
-        drop = [(tenant_id, j) for j in job_ids if j not in found or not found[j].schedulable]
-        pipe = self.client.pipeline(transaction=False)
-        index.put_jobs(pipe, keep)
-        index.remove_jobs(pipe, drop)
-        pipe.execute()
-
-    # --- individually admitted runs (manual, retry, dependency) ----------------------------
     def load_run_index(self) -> int:
+        """Runs admitted one by one (manual, backfill, replay, retry) that are due within the
+        lookahead window join the heap; their index entries are removed (if this leader
+        dies, the next one's relay finds them in PostgreSQL)."""
         now = self.clock.now()
         horizon = now + timedelta(seconds=self.config.lookahead_seconds)
         key = index.runs_index_key()
         entries = index.due(self.client, key, horizon.timestamp(), self.config.materialise_batch)
-        by_tenant: dict[int, list[str]] = defaultdict(list)
+        by_tenant: dict[int, list[str]] = {}
         for tenant_id, run_id, _score in entries:
-            by_tenant[tenant_id].append(run_id)
+            by_tenant.setdefault(tenant_id, []).append(run_id)
         for tenant_id, run_ids in by_tenant.items():
             schema = self.tenants.schema(tenant_id)
             if schema is not None:
-                self._load_pending(tenant_id, schema, horizon, run_ids)
-            # In memory now; if this leader dies, the next one's relay finds them in PG.
-            pipe = self.client.pipeline(transaction=False)
-            index.remove_runs(pipe, [(tenant_id, r) for r in run_ids])
-            pipe.execute()
+                ran, _ = isolated(
+                    self.faults,
+                    tenant_id,
+                    schema,
+                    lambda t=tenant_id, s=schema, r=run_ids: self._load_runs(t, s, r, horizon),
+                )
+                if not ran:
+                    continue  # stays in the index: tried again after the tenant's back-off
+            self.writes.remove_runs([index.member(tenant_id, r) for r in run_ids])
         return len(entries)
 
-    def _load_pending(
-        self, tenant_id: int, schema: str, until: datetime, run_ids: list | None = None
-    ) -> int:
+    def _load_runs(self, tenant_id: int, schema: str, run_ids: list[str], until: datetime) -> int:
+        from .store import pending_runs_by_id
+
         with connection.cursor() as cursor:
-            rows = store.pending_runs(cursor, schema, until=until, run_ids=run_ids)
-        added = 0
-        for row in rows:
-            if row.run_id in self.known:
-                continue
-            self._remember(self._pending(tenant_id, schema, row))
-            added += 1
-        return added
+            rows = pending_runs_by_id(cursor, schema, until=until, run_ids=run_ids)
+        return sum(self.runs.remember(self.runs.build(tenant_id, schema, row)) for row in rows)
 
-    # --- relay -----------------------------------------------------------------------------
     def relay(self, *, force: bool = False) -> int:
-        """Find runs that wait for admission in PostgreSQL but not in this leader's memory
-        (materialised by a leader that died before publishing, or lost from Redis).
+        """Runs waiting in PostgreSQL but not in this leader's memory join the heap.
 
-        At takeover (`force`) that is the whole lookahead window. Afterwards, the runs of
-        the window are in memory, so the periodic sweep only asks for runs already overdue
-        by a second: a cheap indexed query that returns nothing when all is well."""
+        At takeover (`force`) that is the whole lookahead window, every tenant at once.
+        Afterwards the runs of the window are in memory, so the periodic sweep only asks for
+        runs already overdue by a second: a cheap indexed query that returns nothing when
+        all is well. Each periodic pass also admits held runs again."""
         now = self.clock.now()
-        interval = timedelta(seconds=self.config.relay_interval_seconds)
-        if not force and self.last_relay is not None and now - self.last_relay < interval:
-            return 0
-        self.last_relay = now
         if force:
             until = now + timedelta(seconds=self.config.lookahead_seconds)
+            sweep = self.takeover_sweep
         else:
             until = now - timedelta(seconds=1)
-        sync_index(self.client)
-        return sum(self._load_pending(t, s, until) for t, s in self.tenants.all())
+            sweep = self.relay_sweep
+        if force:  # the takeover pass covers the periodic one
+            self.relay_sweep.last_started = now
+        return sweeps.run_sweep(
+            self,
+            sweep,
+            lambda t, s: sweeps.relay_tenant(self, t, s, until),
+            force=force,
+            on_start=None if force else self.runs.release_all,
+        )
 
-    # --- reap ------------------------------------------------------------------------------
+    def finish_takeover_relay(self) -> int:
+        """Go on with a takeover relay that its budget cut short."""
+        if not self.takeover_sweep.running:
+            return 0
+        until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
+        return sweeps.run_sweep(
+            self, self.takeover_sweep, lambda t, s: sweeps.relay_tenant(self, t, s, until)
+        )
+
+    def reconcile(self) -> int:
+        """Schedulable jobs due within the window that the index misses are put back."""
+        until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
+        return sweeps.run_sweep(
+            self, self.reconcile_sweep, lambda t, s: sweeps.reconcile_tenant(self, t, s, until)
+        )
+
+    def sync_dirty(self) -> int:
+        """Jobs whose post-commit index write was lost are written."""
+        return sweeps.run_sweep(self, self.sync_sweep, lambda t, s: sweeps.sync_tenant(self, t, s))
+
     def reap(self, *, force: bool = False) -> int:
         """Runs whose worker went silent, and queued runs whose message went missing."""
-        now = self.clock.now()
-        interval = timedelta(seconds=self.config.reap_interval_seconds)
-        if not force and self.last_reap is not None and now - self.last_reap < interval:
-            return 0
-        self.last_reap = now
-        timeout = self.config.visibility_timeout_seconds
-        count = 0
-        for tenant_id, schema in self.tenants.all():
-            with transaction.atomic(), connection.cursor() as cursor:
-                store.fence(cursor, self.epoch)
-                reaped = reaper.reap_lost(cursor, schema, now, timeout)
-                stale = reaper.stale_queued(cursor, schema, now, timeout)
-                self._publish([self._pending(tenant_id, schema, ref) for ref in stale])
-            for ref in reaped.retrying:
-                self._remember(self._pending(tenant_id, schema, ref))
-            count += len(reaped.retrying) + reaped.dead + len(stale)
-            if reaped.retrying or reaped.dead or stale:
-                log.warning(
-                    "%s: reaped %s lost runs (%s dead), re-published %s stale queued",
-                    schema,
-                    len(reaped.retrying) + reaped.dead,
-                    reaped.dead,
-                    len(stale),
-                )
-        return count
-
-    def republish_queued(self) -> int:
-        """Publish every `queued` run again: used after Redis lost its data."""
-        count = 0
-        for tenant_id, schema in self.tenants.all():
-            with connection.cursor() as cursor:
-                rows = store.queued_runs(cursor, schema)
-            entries = [self._pending(tenant_id, schema, ref) for ref in rows]
-            self._publish(entries)
-            count += len(entries)
-        if count:
-            log.warning("re-published %s queued runs after Redis lost its data", count)
-        return count
-
-    # --- fire ------------------------------------------------------------------------------
-    def fire(self) -> FireStats:
-        """Admit and publish every run whose instant has come. Runs go in chunks of
-        `fire_chunk`, oldest first, each chunk in ONE fenced transaction across schemas:
-        one commit per chunk rather than one per tenant, and the first chunk is out
-        before the last one is even looked at."""
-        now = self.clock.now()
-        stats = FireStats()
-        due: list[Pending] = []
-        while self.pending and self.pending[0][0] <= now.timestamp():
-            due.append(heapq.heappop(self.pending)[2])
-        for start in range(0, len(due), self.config.fire_chunk):
-            self._fire_chunk(due[start : start + self.config.fire_chunk], now, stats)
-        self.last_fire = stats
-        if self.lag_log is not None:
-            self.lag_log.extend(stats.lags)
-        return stats
-
-    def _fire_chunk(self, due: list[Pending], now: datetime, stats: FireStats) -> None:
-        by_schema: dict[str, list[Pending]] = defaultdict(list)
-        for entry in due:
-            by_schema[entry.schema].append(entry)
-        to_publish: list[Pending] = []
-        held: list[Pending] = []
-        with transaction.atomic(), connection.cursor() as cursor:
-            store.fence(cursor, self.epoch)
-            for schema, entries in by_schema.items():
-                queued, waiting = self._admit_schema(cursor, schema, entries, now, stats)
-                to_publish.extend(queued)
-                held.extend(waiting)
-            # Published inside the transaction: if the commit is lost the runs stay
-            # `scheduled`, workers may still claim them, and the relay re-publishes the rest
-            # (a duplicate message claims nothing: invariant 4).
-            self._publish(to_publish)
-        published_at = self.clock.now().timestamp()
-        stats.published += len(to_publish)
-        stats.lags.extend(published_at - e.due for e in to_publish)
-        for entry in held:
-            self.held[(entry.tenant_id, entry.job_id)].append(entry)
-        stats.held += len(held)
-        held_ids = {e.run_id for e in held}
-        self.known.difference_update(e.run_id for e in due if e.run_id not in held_ids)
-
-    def _admit_schema(
-        self, cursor, schema: str, entries: list[Pending], now: datetime, stats: FireStats
-    ) -> tuple[list[Pending], list[Pending]]:
-        """(entries to publish, entries held by the `queue` policy) for one schema."""
-        fast = store.queue_unconstrained(cursor, schema, [e.run_id for e in entries], now)
-        queued = [e for e in entries if e.run_id in fast]
-        rest = [e for e in entries if e.run_id not in fast]
-        if not rest:
-            return queued, []
-        by_id = {e.run_id: e for e in rest}
-        jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in rest}))
-        live, paused, gone = _split_by_job_state(rest, jobs)
-        stats.skipped += store.mark_skipped(cursor, schema, paused, states.SKIP_PAUSED, now)
-        stats.cancelled += store.cancel_runs(cursor, schema, gone, "job deleted", now)
-        decision = admit(
-            [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
-            {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
+        return sweeps.run_sweep(
+            self, self.reap_sweep, lambda t, s: sweeps.reap_tenant(self, t, s), force=force
         )
-        stats.cancelled += store.cancel_active_runs_of_jobs(
-            cursor, schema, decision.replace_jobs, "replaced by a newer run", now
-        )
-        stats.cancelled += store.cancel_runs(
-            cursor, schema, decision.supersede, "superseded by a newer run", now
-        )
-        stats.skipped += store.mark_skipped(
-            cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
-        )
-        moved = store.mark_queued(cursor, schema, decision.queue, now)
-        queued += [by_id[run_id] for run_id in decision.queue if run_id in moved]
-        return queued, [by_id[run_id] for run_id in decision.hold]
 
-    def _publish(self, entries: list[Pending]) -> None:
+    def sweeps_running(self) -> bool:
+        return any(
+            s.running
+            for s in (self.takeover_sweep, self.relay_sweep, self.reconcile_sweep, self.reap_sweep)
+        )
+
+    # --- the index -------------------------------------------------------------------------
+    def start_rebuild(self, *, lost: bool) -> None:
+        self.rebuild = IndexRebuild(
+            self.client, self.writes, messages=self.runs, checkpoint=self.checkpoint
+        )
+        if not self.rebuild.exists():  # else: resume the one a previous leader began
+            self.rebuild.start(lost=lost, prune=False)
+
+    def rebuild_step(self) -> bool:
+        """One bounded step of a rebuild in progress; True when none is (any more)."""
+        if self.rebuild is None:
+            return True
+        if self.rebuild.step(time.monotonic() + self.config.rebuild_budget_seconds):
+            self.rebuild = None
+            return True
+        return False
+
+    def verify_removed(self, tenant_id: int, schema: str, job_ids: list[int]) -> None:
+        put_back_schedulable(self.writes, tenant_id, schema, job_ids)
+
+    # --- fault isolation -------------------------------------------------------------------
+    def defer_jobs(self, tenant_id: int, scores: dict[int, float]) -> None:
+        """A failing tenant's due index entries move to the end of its back-off, so that they
+        do not stay at the head of the index hiding other tenants' due jobs."""
+        fault = self.faults.faults.get(tenant_id)
+        wait = max(fault.retry_at - time.monotonic(), 1.0) if fault else 1.0
+        later = self.clock.now().timestamp() + wait
+        self.writes.cas_jobs(
+            [Cas(index.member(tenant_id, j), s, max(s, later)) for j, s in scores.items()]
+        )
+
+    def defer_runs(self, entries: list[Pending]) -> None:
         if not entries:
             return
-        pipe = self.client.pipeline(transaction=False)
-        push_messages(pipe, [(e.queue, e.message) for e in entries])
-        pipe.execute()
+        fault = self.faults.faults.get(entries[0].tenant_id)
+        wait = max(fault.retry_at - time.monotonic(), 1.0) if fault else 1.0
+        self.runs.requeue(entries, not_before=self.clock.now().timestamp() + wait)
+
+    def publish_faults(self) -> None:
+        self.faults.publish(self.client, faults_key(), ttl_seconds=60)
+
+    # --- timing ----------------------------------------------------------------------------
+    def fire_is_due(self) -> bool:
+        head = self.runs.next_due
+        return head is not None and head <= self.clock.now().timestamp()
 
     def release_held(self, tenant_id: int, job_id: int) -> int:
         """A run of the job ended: its held runs go back to the due heap."""
-        entries = self.held.pop((tenant_id, job_id), [])
-        for entry in entries:
-            heapq.heappush(self.pending, (entry.due, entry.seq, entry))
-        return len(entries)
+        return self.runs.release(tenant_id, job_id)
 
-    # --- timing ----------------------------------------------------------------------------
+    def republish_queued(self) -> int:
+        """Publish every `queued` run again (used by tests; the rebuild does it in steps)."""
+        rebuild = IndexRebuild(self.client, self.writes, messages=self.runs)
+        count = 0
+        for tenant_id, schema in self.tenants.all():
+            after = None
+            while True:
+                rows, after = rebuild._queued_page(tenant_id, schema, after)
+                count += rows
+                if rows < 5000:
+                    break
+        return count
+
     def next_due(self) -> float | None:
         """Epoch seconds of the next thing to do: a pending run's instant, or the moment a
         job in the index enters the lookahead window."""
         candidates = []
-        if self.pending:
-            candidates.append(self.pending[0][0])
+        if self.runs.next_due is not None:
+            candidates.append(self.runs.next_due)
         pipe = self.client.pipeline(transaction=False)
         for key in (index_key(), index.runs_index_key()):
             pipe.zrange(key, 0, 0, withscores=True)
@@ -438,22 +277,3 @@ class Engine:
             if head:
                 candidates.append(head[0][1] - self.config.lookahead_seconds)
         return min(candidates) if candidates else None
-
-
-def _paused_window(job: store.JobRow) -> tuple[datetime, datetime] | None:
-    if job.paused_at and job.resumed_at and job.resumed_at > job.paused_at:
-        return (job.paused_at, job.resumed_at)
-    return None
-
-
-def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissionRow]):
-    live, paused, gone = [], [], []
-    for entry in entries:
-        job = jobs.get(entry.job_id)
-        if job is None or job.deleted:
-            gone.append(entry.run_id)
-        elif job.paused and entry.trigger == "schedule":
-            paused.append(entry.run_id)
-        else:
-            live.append(entry)
-    return live, paused, gone

@@ -1,9 +1,16 @@
 """Leadership: a python-redis-lock lease plus the fencing epoch in PostgreSQL.
 
-The lock is renewed by the leader loop itself, once per iteration, never by a background
+The lock is renewed by the leader loop itself, between its steps, never by a background
 thread: a renewal thread keeps renewing for a leader whose loop is wedged (and does not
 survive a fork), so here a loop that stops making progress loses the lease within
 `expire` seconds and a standby takes over. See docs/adr/0002-leader-lease.md.
+
+Taking the lease bumps the epoch. The bump is an UPDATE of the lease row, which waits for
+the previous leader's fenced transactions (they hold the row FOR SHARE). That wait is
+bounded: after `SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS` the new leader, which holds the Redis
+lease and so is the only rightful writer, ends the sessions that block it (a frozen or
+partitioned old leader) and bumps again; their transactions roll back, so nothing the old
+leader was writing is kept.
 """
 
 from __future__ import annotations
@@ -11,15 +18,25 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 
 import redis
 import redis_lock
-from django.db import connection
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
 
 from core.keys import leader_info_key, leader_lock_name
 
 log = logging.getLogger("beat.lease")
+
+BUMP_SQL = """
+INSERT INTO public.beat_schedulerlease (id, epoch, holder, acquired_at, renewed_at)
+VALUES (1, 1, %s, now(), now())
+ON CONFLICT (id) DO UPDATE SET epoch = beat_schedulerlease.epoch + 1,
+    holder = EXCLUDED.holder, acquired_at = now(), renewed_at = now()
+RETURNING epoch
+"""
 
 
 class LeaseLost(Exception):
@@ -30,21 +47,46 @@ def process_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def bump_epoch(holder: str) -> int:
-    """Start a new epoch. Waits for in-flight fenced transactions of the previous leader
-    (they hold the row FOR SHARE), after which their epoch check fails."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO public.beat_schedulerlease (id, epoch, holder, acquired_at, renewed_at)
-            VALUES (1, 1, %s, now(), now())
-            ON CONFLICT (id) DO UPDATE SET epoch = beat_schedulerlease.epoch + 1,
-                holder = EXCLUDED.holder, acquired_at = now(), renewed_at = now()
-            RETURNING epoch
-            """,
-            [holder],
-        )
-        return cursor.fetchone()[0]
+def _is_lock_timeout(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) == "55P03"  # lock_not_available
+
+
+def bump_epoch(holder: str, *, lock_wait_seconds: float | None = None) -> int:
+    """Start a new epoch, waiting at most `lock_wait_seconds` for the previous leader's
+    in-flight fenced transactions before ending them (see the module docstring)."""
+    wait = lock_wait_seconds or settings.SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS
+    for _ in range(3):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{wait * 1000:.0f}"]
+                )
+                cursor.execute(BUMP_SQL, [holder])
+                return cursor.fetchone()[0]
+        except OperationalError as exc:
+            if not _is_lock_timeout(exc):
+                raise
+        # Still blocked: a previous leader sits in a fenced transaction (frozen, or cut off
+        # from us but not from PostgreSQL). It cannot be the rightful leader any more.
+        with connection.cursor() as cursor:
+            ended = _end_waiting_lease_holders(cursor)
+        log.warning("took over from a stuck leader: ended sessions %s", ended)
+    raise LeaseLost("could not start a new epoch: the lease row stays locked")
+
+
+def _end_waiting_lease_holders(cursor) -> list[int]:
+    """End the sessions inside a fenced transaction: those holding the lease table in
+    RowShareLock mode (what `SELECT ... FOR SHARE` takes until the transaction ends).
+    pg_terminate_backend needs the same role or pg_signal_backend."""
+    cursor.execute(
+        """
+        SELECT pid, pg_terminate_backend(pid) FROM pg_locks
+        WHERE relation = 'public.beat_schedulerlease'::regclass AND mode = 'RowShareLock'
+          AND granted AND pid <> pg_backend_pid()
+        """
+    )
+    return [row[0] for row in cursor.fetchall()]
 
 
 def current_epoch() -> tuple[int, str] | None:
@@ -60,9 +102,12 @@ class Lease:
         self.holder = holder
         self.expire_seconds = max(int(expire_seconds), 1)
         self.epoch: int | None = None
+        self.token = uuid.uuid4().hex
+        self.lock_key = "lock:" + leader_lock_name()  # python-redis-lock's key
         self._lock = redis_lock.Lock(
-            client, leader_lock_name(), expire=self.expire_seconds, id=uuid.uuid4().hex
+            client, leader_lock_name(), expire=self.expire_seconds, id=self.token
         )
+        self.renewed_at = 0.0  # time.monotonic() of the last successful take or renewal
 
     @property
     def held(self) -> bool:
@@ -75,6 +120,7 @@ class Lease:
         except redis.RedisError as exc:
             log.warning("cannot reach Redis to take the lease: %s", exc)
             return False
+        self.renewed_at = time.monotonic()
         try:
             self.epoch = bump_epoch(self.holder)
         except Exception:
@@ -93,6 +139,13 @@ class Lease:
         except (redis_lock.NotAcquired, redis.RedisError) as exc:
             self.epoch = None
             raise LeaseLost(f"lease renewal failed: {exc}") from exc
+        self.renewed_at = time.monotonic()
+
+    def renew_if_due(self) -> None:
+        """Renew when a quarter of the lease has passed since the last renewal: cheap to
+        call between any two pieces of work."""
+        if time.monotonic() - self.renewed_at >= self.expire_seconds / 4:
+            self.renew()
 
     def release(self) -> None:
         if self.epoch is not None:

@@ -1,10 +1,13 @@
 """The runscheduler process: a standby until it takes the lease, then the leader loop.
 
 Each leader iteration renews the lease first (so a wedged loop loses it), fires what is
-due, materialises what enters the lookahead window, and then sleeps until the next due
-instant, or until a service or worker wakes it through Redis. Any sign that it may no
-longer lead (lease renewal failed, a fenced transaction refused, Redis unreachable) makes
-it stop writing at once, say so, and go back to standby.
+due, advances a rebuild in progress by one bounded step, materialises what enters the
+lookahead window, runs a slice of each sweep, and then sleeps until the next due instant,
+or until a service or worker wakes it through Redis. The engine renews the lease between
+its units of work as well. Any sign that it may no longer lead (lease renewal failed, a
+fenced write refused, Redis or PostgreSQL unreachable) makes it stop writing at once, say
+so, and go back to standby. Any other error is logged with its traceback and handled the
+same way after a growing back-off: the process never exits on its own.
 """
 
 from __future__ import annotations
@@ -15,20 +18,22 @@ import time
 
 import redis
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from core import index
 from core.clock import Clock
 from core.keys import wake_key
 
 from .engine import Engine, EngineConfig
+from .fenced import FencedRedis
 from .lease import Lease, LeaseLost, process_identity
-from .rebuild import rebuild_index
+from .session import bounded_leader_session
 from .store import FencingError
 
 log = logging.getLogger("beat.loop")
 
-STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError)
+STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError, InterfaceError)
+MAX_ERROR_BACKOFF_SECONDS = 30.0
 
 
 class SchedulerProcess:
@@ -52,6 +57,7 @@ class SchedulerProcess:
         self.standby_poll = min(0.2, self.max_sleep)
         self.engine: Engine | None = None
         self.iterations = 0
+        self.error_backoff = 0.0
 
     # --- leadership ------------------------------------------------------------------------
     def try_lead(self) -> bool:
@@ -59,12 +65,15 @@ class SchedulerProcess:
             return True
         if not self.lease.try_acquire():
             return False
+        bounded_leader_session()
         self.engine = Engine(
             client=self.client,
             clock=self.clock,
             epoch=self.lease.epoch,
             config=self.config,
             origin=self.holder,
+            writes=FencedRedis(self.client, self.lease.lock_key, self.lease.token),
+            checkpoint=self.lease.renew_if_due,
         )
         self.ensure_index()
         self.engine.relay(force=True)
@@ -74,32 +83,40 @@ class SchedulerProcess:
         self.lease.step_down(reason)
         self.engine = None  # what it held in memory is in PostgreSQL; the next leader relays
         close_old_connections()
+        if connection.connection is not None and getattr(connection.connection, "broken", False):
+            connection.close()
 
     def ensure_index(self) -> None:
+        """A missing index (Redis flushed or new) starts a rebuild, done in steps; one that
+        a previous leader began is resumed."""
+        engine = self.engine
+        if engine is None or engine.rebuild is not None:
+            return
         if not index.is_built(self.client):
-            log.warning("the time index is missing (Redis flushed?): rebuilding from PostgreSQL")
-            rebuild_index(self.client)
-            if self.engine is not None:
-                # The broker's messages went with the index: publish queued runs again
-                # (a duplicate delivery claims nothing, invariant 4).
-                self.engine.republish_queued()
-                self.engine.relay(force=True)
+            engine.start_rebuild(lost=True)
 
     # --- one leader iteration ------------------------------------------------------------
     def lead_once(self) -> float:
         """Do everything due now; return how long to sleep (seconds)."""
         engine = self.engine
         self.lease.renew()
+        bounded_leader_session()
         self.ensure_index()
         engine.fire()
+        rebuilt = engine.rebuild_step()
+        engine.finish_takeover_relay()
         processed = engine.materialise()
         engine.load_run_index()
         engine.fire()
         engine.relay()
+        engine.reconcile()
+        engine.sync_dirty()
         engine.reap()
+        engine.publish_faults()
         self.iterations += 1
-        if processed >= self.config.materialise_batch or engine.materialise_interrupted:
-            return 0.0  # more due entries wait: go on after renewing
+        busy = processed >= self.config.materialise_batch or engine.materialise_interrupted
+        if busy or not rebuilt or engine.sweeps_running():
+            return 0.0  # more work waits: go on after renewing
         next_due = engine.next_due()
         if next_due is None:
             return self.max_sleep
@@ -133,17 +150,28 @@ class SchedulerProcess:
         check_clock_skew(self.clock)
         log.info("runscheduler %s started; waiting for the lease", self.holder)
         while not stop.is_set():
-            try:
-                if not self.try_lead():
-                    stop.wait(self.standby_poll)
-                    continue
-                self.wait(self.lead_once())
-            except STEP_DOWN_ERRORS as exc:
-                self.step_down(f"{exc.__class__.__name__}: {exc}")
-                stop.wait(self.standby_poll)
+            self.run_once(stop)
         if self.lease.held:
             self.lease.release()
             log.info("released the lease on shutdown")
+
+    def run_once(self, stop: threading.Event) -> None:
+        """One turn of the process loop: lead (or try to), and survive whatever happens."""
+        try:
+            if not self.try_lead():
+                stop.wait(self.standby_poll)
+                return
+            self.wait(self.lead_once())
+            self.error_backoff = 0.0
+        except STEP_DOWN_ERRORS as exc:
+            self.step_down(f"{exc.__class__.__name__}: {exc}")
+            stop.wait(self.standby_poll)
+        except Exception as exc:  # a bug or bad data we did not foresee: never exit
+            log.exception("unexpected error in the scheduler loop")
+            self.step_down(f"unexpected {exc.__class__.__name__}: {exc}")
+            self.error_backoff = min(max(self.error_backoff * 2, 1.0), MAX_ERROR_BACKOFF_SECONDS)
+            log.warning("backing off %.0fs before trying to lead again", self.error_backoff)
+            stop.wait(self.error_backoff)
 
 
 def check_clock_skew(clock: Clock) -> float:

@@ -132,3 +132,35 @@ def _decide_missed(
             reason = _skip_reason_for_missed(slot.at, paused_window)
             decided.append(PlannedRun(slot.at, slot.at, states.SKIPPED, reason))
     return decided
+
+
+@dataclass(frozen=True)
+class DueSlotRun:
+    """A schedule run of one job that has come due for admission."""
+
+    run_id: object
+    due_at: datetime
+
+
+def misfire_at_admission(
+    runs: list[DueSlotRun], *, rules: MisfireRules, now: datetime
+) -> tuple[list[object], list[object]]:
+    """(admit, skip as `misfire`) for one job's schedule runs due now. A run later than the
+    job's grace was materialised before an outage (or a frozen leader) and is only now
+    being admitted: the misfire policy decides it exactly as it decides slots missed while
+    no leader ran, so a `skip` job never fires its pre-outage runs hours late."""
+    late_limit = now - timedelta(seconds=rules.grace_seconds)
+    ordered = sorted(runs, key=lambda r: r.due_at)
+    late = [r.run_id for r in ordered if r.due_at < late_limit]
+    on_time = [r.run_id for r in ordered if r.due_at >= late_limit]
+    if not late or rules.policy not in ("skip", "run_once", "run_all"):
+        return on_time + late, []
+    if rules.policy == "skip":
+        return on_time, late
+    keep = 0
+    if rules.policy == "run_once":
+        keep = 0 if on_time else 1
+    elif rules.policy == "run_all":
+        keep = rules.max_catchup_runs
+    kept = late[len(late) - keep :] if keep else []
+    return kept + on_time, late[: len(late) - len(kept)]

@@ -1,6 +1,9 @@
 """Invariant 5, nothing stuck: the leader reaps runs whose worker went silent and publishes
 again runs whose broker message went missing.
 
+Heartbeats and queued_at are written with the database's clock and compared with it here,
+so no two hosts' clocks are ever compared.
+
 - A `running` run whose heartbeat is older than the visibility timeout lost its worker
   (killed, host gone): its attempt is marked `lost` and the retry policy decides between
   `retrying` and `dead`, exactly as for a failed attempt.
@@ -12,7 +15,7 @@ again runs whose broker message went missing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from psycopg import sql
 
@@ -30,6 +33,7 @@ BATCH = 1000
 class Reaped:
     retrying: list[RunRef] = field(default_factory=list)
     dead: int = 0
+    jobs: set[int] = field(default_factory=set)  # jobs that lost an active run
 
 
 @dataclass(frozen=True)
@@ -48,17 +52,19 @@ def reap_lost(cursor, schema: str, now: datetime, timeout_seconds: float) -> Rea
                j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter,
                j.deleted_at IS NOT NULL, j.priority, r.trigger, j.timeout_seconds
         FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
-        WHERE r.status = {running} AND r.heartbeat_at < %s
+        WHERE r.status = {running}
+          AND r.heartbeat_at < now() - make_interval(secs => %s)
         ORDER BY r.heartbeat_at LIMIT %s FOR UPDATE OF r SKIP LOCKED
         """
     ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
-    cursor.execute(query, [now - timedelta(seconds=timeout_seconds), BATCH])
+    cursor.execute(query, [timeout_seconds, BATCH])
     rows = cursor.fetchall()
     reaped = Reaped()
     error = f"lost: no heartbeat for {timeout_seconds:g}s (worker killed or unreachable)"
     for run_id, job_id, attempt, slot, *policy, deleted, priority, trigger, timeout in rows:
         lost = _Lost(attempt, RetryPolicy(*policy), deleted)
         decision = decide(lost, Outcome(False, error), now)
+        reaped.jobs.add(job_id)
         _record_lost(cursor, schema, run_id, attempt, decision, error, now)
         if decision.status == states.RETRYING:
             reaped.retrying.append(
@@ -98,8 +104,9 @@ def _record_lost(
     cursor.execute(
         sql.SQL(
             "UPDATE {} SET status = %s, attempt = %s, due_at = coalesce(%s, due_at), "
-            "finished_at = %s, error = %s, heartbeat_at = NULL WHERE id = %s"
-        ).format(table(schema, "runs_run")),
+            "finished_at = %s, error = %s, heartbeat_at = NULL "
+            "WHERE id = %s AND attempt = %s AND status IN {finishable}"
+        ).format(table(schema, "runs_run"), **STATUS),
         [
             decision.status,
             decision.next_attempt,
@@ -107,17 +114,20 @@ def _record_lost(
             None if decision.status == states.RETRYING else now,
             error,
             run_id,
+            attempt,
         ],
     )
 
 
-def stale_queued(cursor, schema: str, now: datetime, timeout_seconds: float) -> list[RunRef]:
-    """Queued runs unclaimed for longer than the timeout; their queued_at restarts the clock."""
+def stale_queued(cursor, schema: str, timeout_seconds: float) -> list[RunRef]:
+    """Queued runs unclaimed for longer than the timeout; their queued_at restarts the clock.
+    Both sides of the comparison are the database's clock."""
     query = sql.SQL(
         """
-        UPDATE {runs} r SET queued_at = %s FROM {jobs} j
+        UPDATE {runs} r SET queued_at = now() FROM {jobs} j
         WHERE j.id = r.job_id AND r.id IN (
-            SELECT id FROM {runs} WHERE status = {queued} AND queued_at < %s
+            SELECT id FROM {runs} WHERE status = {queued}
+              AND queued_at < now() - make_interval(secs => %s)
             ORDER BY queued_at LIMIT %s FOR UPDATE SKIP LOCKED)
         RETURNING {cols}
         """
@@ -127,5 +137,5 @@ def stale_queued(cursor, schema: str, now: datetime, timeout_seconds: float) -> 
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [now, now - timedelta(seconds=timeout_seconds), BATCH])
+    cursor.execute(query, [timeout_seconds, BATCH])
     return [RunRef(*row) for row in cursor.fetchall()]

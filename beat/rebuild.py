@@ -1,15 +1,34 @@
 """Rebuild the Redis time indexes from PostgreSQL (invariant 6: Redis is only a cache).
 
-Built into temporary keys and renamed into place, so stale members disappear; then a
-catch-up pass re-applies jobs edited while the rebuild ran (an edit can move a job's next
-run earlier, and a stale later score would delay it; a stale earlier score is harmless:
-the leader re-reads the job and corrects it).
+A rebuild is done in bounded steps: the leader runs one step per iteration (renewing its
+lease in between, and firing and materialising as usual), so a million jobs never hold an
+iteration past the lease. Its progress lives in Redis (`tw:index:rebuild`), so a new
+leader resumes it; if Redis is emptied again, the progress goes with it and the rebuild
+starts over.
+
+It writes into the live keys with add-or-lower writes only (`core/index.py`), so it is
+safe beside the leader's own writes, beside edits, and beside another rebuild (the
+`rebuild_index` command, or a second scheduler): concurrent rebuilds cannot undo each
+other or an edit, they only repeat work. Phases:
+
+1. jobs: every schedulable job, each tenant's soonest first (so that the jobs due next
+   fire again first), tenants taken round-robin;
+2. runs: every run waiting for admission, into the runs index;
+3. republish (only when Redis lost its data): every `queued` run is published again, since
+   its broker message went with Redis (a duplicate delivery claims nothing);
+4. prune (the `rebuild_index` command): members whose job is gone or unschedulable are
+   removed, by compare-and-set and re-checked, so that a job resumed meanwhile stays.
+
+Then `tw:index:built` is set.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,134 +36,244 @@ from django.db import connection
 from psycopg import sql
 
 from core import index
-from core.keys import index_built_key, index_key
+from core.keys import index_built_key, index_key, rebuild_state_key
 from core.sql import table
-from jobs.indexing import mark_indexed
 from runs.status_sql import STATUS
 
+from . import store
+from .fenced import Cas, FencedRedis
+from .pending import PendingRuns
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.rebuild")
 
-PAGE = 20_000
-SCHEDULABLE = "deleted_at IS NULL AND NOT paused AND next_run_at IS NOT NULL"
+PAGE = 5000
+PHASES = ("jobs", "runs", "republish", "prune")
 
 
-@dataclass(frozen=True)
-class RebuildResult:
-    tenants: int
-    jobs: int
-    runs: int
-    seconds: float
+@dataclass
+class Progress:
+    jobs: int = 0
+    runs: int = 0
+    republished: int = 0
+    pruned: int = 0
 
 
-def _db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now()")
-        return cursor.fetchone()[0]
+class IndexRebuild:
+    """One rebuild, resumable: `step(deadline)` does pages until the deadline (time.monotonic)
+    passes and returns True once the whole rebuild is done."""
 
+    def __init__(
+        self,
+        client,
+        writes: FencedRedis,
+        *,
+        state_key: str | None = None,
+        messages: PendingRuns | None = None,
+        checkpoint: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.client = client
+        self.writes = writes
+        self.key = state_key or rebuild_state_key()
+        self.messages = messages
+        self.checkpoint = checkpoint
+        self.progress = Progress()
+        self.tenants = TenantDirectory()
 
-def _pages(schema: str, tbl: str, columns: str, where: str, params: list):
-    last = None
-    while True:
-        query = sql.SQL("SELECT id, {cols} FROM {tbl} WHERE {where} {after} ORDER BY id LIMIT %s")
-        query = query.format(
-            cols=sql.SQL(columns),
-            tbl=table(schema, tbl),
-            where=where if isinstance(where, sql.Composable) else sql.SQL(where),
-            after=sql.SQL("AND id > %s" if last is not None else ""),
+    # --- state ---------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return bool(self.client.exists(self.key))
+
+    def start(self, *, lost: bool, prune: bool) -> None:
+        phases = ["jobs", "runs"] + (["republish"] if lost else []) + (["prune"] if prune else [])
+        state = {"id": uuid.uuid4().hex, "phases": json.dumps(phases), "started": time.time()}
+        self.client.delete(self.key)
+        self.client.hset(self.key, mapping=state)
+        log.warning(
+            "rebuilding the time index from PostgreSQL (phases: %s)%s",
+            ", ".join(phases),
+            "; Redis lost its data" if lost else "",
         )
-        with connection.cursor() as cursor:
-            cursor.execute(query, [*params, *([last] if last is not None else []), PAGE])
-            rows = cursor.fetchall()
-        if not rows:
-            return
-        yield rows
-        last = rows[-1][0]
 
+    def _phases(self) -> list[str]:
+        raw = self.client.hget(self.key, "phases")
+        return json.loads(raw) if raw else []
 
-def _fill(client, tenants: list[tuple[int, str]], jobs_key: str, runs_key: str) -> tuple[int, int]:
-    jobs = runs = 0
-    for tenant_id, schema in tenants:
-        for rows in _pages(schema, "jobs_job", "next_run_at", SCHEDULABLE, []):
-            pipe = client.pipeline(transaction=False)
-            pipe.zadd(jobs_key, {index.member(tenant_id, i): at.timestamp() for i, at in rows})
-            pipe.execute()
-            jobs += len(rows)
-        waiting = sql.SQL("status IN {waiting}").format(**STATUS)
-        for rows in _pages(schema, "runs_run", "due_at", waiting, []):
-            pipe = client.pipeline(transaction=False)
-            pipe.zadd(runs_key, {index.member(tenant_id, i): at.timestamp() for i, at in rows})
-            pipe.execute()
-            runs += len(rows)
-    return jobs, runs
+    def _cursor(self, name: str):
+        raw = self.client.hget(self.key, name)
+        return json.loads(raw) if raw else None
 
+    def _set_cursor(self, name: str, value) -> None:
+        self.client.hset(self.key, name, json.dumps(value))
 
-def _swap(client, tmp: str, live: str) -> None:
-    if client.exists(tmp):
-        client.rename(tmp, live)
-    else:
-        client.delete(live)
+    # --- stepping ------------------------------------------------------------------------
+    def step(self, deadline: float) -> bool:
+        while time.monotonic() < deadline:
+            phases = self._phases()
+            if not phases:
+                return self._finish()
+            phase = phases[0]
+            if self._page(phase):  # the phase is complete
+                self.client.hset(self.key, "phases", json.dumps(phases[1:]))
+            self.checkpoint()
+        return False
 
+    def run_to_end(self, step_seconds: float = 0.5) -> Progress:
+        while not self.step(time.monotonic() + step_seconds):
+            pass
+        return self.progress
 
-def _catch_up(client, tenants: list[tuple[int, str]], since: datetime) -> int:
-    """Re-apply jobs edited since `since` to the index."""
-    changed = 0
-    for tenant_id, schema in tenants:
-        columns = f"next_run_at, ({SCHEDULABLE}) AS schedulable"
-        for rows in _pages(schema, "jobs_job", columns, "updated_at >= %s", [since]):
-            pipe = client.pipeline(transaction=False)
-            index.put_jobs(pipe, [(tenant_id, i, at) for i, at, ok in rows if ok])
-            index.remove_jobs(pipe, [(tenant_id, i) for i, _at, ok in rows if not ok])
-            pipe.execute()
-            changed += len(rows)
-    return changed
+    def _finish(self) -> bool:
+        rebuild_id = self.client.hget(self.key, "id")
+        pipe = self.client.pipeline()
+        pipe.set(index_built_key(), rebuild_id or "")
+        pipe.delete(self.key)
+        pipe.execute()
+        log.info(
+            "time index rebuilt: %s jobs, %s waiting runs, %s queued runs published again, "
+            "%s stale members removed",
+            self.progress.jobs,
+            self.progress.runs,
+            self.progress.republished,
+            self.progress.pruned,
+        )
+        return True
 
+    def _page(self, phase: str) -> bool:
+        """One page of the phase (one page per tenant for the per-tenant phases); True
+        when the phase has nothing left."""
+        if phase == "prune":
+            return self._prune_page()
+        todo = self._cursor(f"{phase}:todo")
+        if todo is None:
+            todo = [tenant_id for tenant_id, _ in self.tenants.all()]
+        remaining = []
+        for tenant_id in todo:
+            schema = self.tenants.schema(tenant_id)
+            if schema is not None and not self._tenant_page(phase, tenant_id, schema):
+                remaining.append(tenant_id)
+            self.checkpoint()
+        self._set_cursor(f"{phase}:todo", remaining)
+        return not remaining
 
-def rebuild_index(client) -> RebuildResult:
-    started_wall = time.monotonic()
-    since = _db_now()
-    tenants = TenantDirectory().all()
-    jobs_tmp, runs_tmp = f"{index_key()}:rebuilding", f"{index.runs_index_key()}:rebuilding"
-    client.delete(jobs_tmp, runs_tmp)
-    jobs, runs = _fill(client, tenants, jobs_tmp, runs_tmp)
-    _swap(client, jobs_tmp, index_key())
-    _swap(client, runs_tmp, index.runs_index_key())
-    _catch_up(client, tenants, since)
-    client.set(index_built_key(), since.isoformat())
-    result = RebuildResult(len(tenants), jobs, runs, time.monotonic() - started_wall)
-    log.info(
-        "rebuilt the time index: %s jobs, %s waiting runs, %s tenants in %.2fs",
-        result.jobs,
-        result.runs,
-        result.tenants,
-        result.seconds,
-    )
-    return result
+    def _tenant_page(self, phase: str, tenant_id: int, schema: str) -> bool:
+        """One page of one tenant; True when that tenant is done with the phase."""
+        name = f"{phase}:{tenant_id}"
+        after = self._cursor(name)
+        try:
+            if phase == "jobs":
+                rows, last = self._jobs_page(tenant_id, schema, after)
+            elif phase == "runs":
+                rows, last = self._runs_page(tenant_id, schema, after)
+            else:
+                rows, last = self._queued_page(tenant_id, schema, after)
+        except Exception as exc:  # a broken tenant must not stop the rebuild of the others
+            if _connection_broken():
+                raise
+            log.error("rebuild: tenant %s (%s) skipped: %s", tenant_id, schema, exc)
+            return True
+        self._set_cursor(name, last)
+        return rows < PAGE
 
-
-SYNC_BATCH = 2000
-
-
-def sync_index(client, batch: int = SYNC_BATCH) -> int:
-    """Write the index entries of jobs still flagged `index_dirty` (their service could not
-    reach Redis after committing, or died first); at most `batch` per tenant per call, so
-    a burst of edits never stalls the leader's loop."""
-    synced = 0
-    for tenant_id, schema in TenantDirectory().all():
+    def _jobs_page(self, tenant_id: int, schema: str, after) -> tuple[int, list]:
+        # Soonest first, keyset on (next_run_at, id) over job_schedulable_idx.
+        where = store.SCHEDULABLE + (" AND (next_run_at, id) > (%s, %s)" if after else "")
         query = sql.SQL(
-            f"SELECT id, next_run_at, ({SCHEDULABLE}), version FROM {{}} "
-            "WHERE index_dirty ORDER BY id LIMIT %s"
+            "SELECT id, next_run_at FROM {} WHERE " + where + " ORDER BY next_run_at, id LIMIT %s"
         ).format(table(schema, "jobs_job"))
         with connection.cursor() as cursor:
-            cursor.execute(query, [batch])
+            cursor.execute(query, [*(after or []), PAGE])
             rows = cursor.fetchall()
-        if not rows:
-            continue
-        pipe = client.pipeline(transaction=False)
-        index.put_jobs(pipe, [(tenant_id, i, at) for i, at, ok, _v in rows if ok])
-        index.remove_jobs(pipe, [(tenant_id, i) for i, _at, ok, _v in rows if not ok])
-        pipe.execute()
-        mark_indexed(schema, [(i, v) for i, _at, _ok, v in rows])
-        synced += len(rows)
-    return synced
+        if rows:
+            self.writes.lower_jobs({index.member(tenant_id, i): at.timestamp() for i, at in rows})
+            self.progress.jobs += len(rows)
+        last = [rows[-1][1].isoformat(), rows[-1][0]] if rows else after
+        return len(rows), last
+
+    def _runs_page(self, tenant_id: int, schema: str, after) -> tuple[int, str | None]:
+        query = sql.SQL(
+            "SELECT id, due_at FROM {runs} WHERE status IN {waiting}"
+            + (" AND id > %s" if after else "")
+            + " ORDER BY id LIMIT %s"
+        ).format(runs=table(schema, "runs_run"), **STATUS)
+        with connection.cursor() as cursor:
+            cursor.execute(query, [*([after] if after else []), PAGE])
+            rows = cursor.fetchall()
+        if rows:
+            pipe = self.client.pipeline(transaction=False)
+            index.put_runs(pipe, [(tenant_id, i, at) for i, at in rows])
+            pipe.execute()
+            self.progress.runs += len(rows)
+        return len(rows), str(rows[-1][0]) if rows else after
+
+    def _queued_page(self, tenant_id: int, schema: str, after) -> tuple[int, str | None]:
+        with connection.cursor() as cursor:
+            refs = store.queued_runs(cursor, schema, after=after, limit=PAGE)
+        if refs and self.messages is not None:
+            entries = [self.messages.build(tenant_id, schema, ref) for ref in refs]
+            self.writes.push_messages([(e.queue, e.message) for e in entries])
+            self.progress.republished += len(refs)
+        return len(refs), str(refs[-1].run_id) if refs else after
+
+    def _prune_page(self) -> bool:
+        position = self._cursor("prune:cursor") or 0
+        position, raw = self.client.zscan(index_key(), position, count=PAGE)
+        by_tenant: dict[int, dict[int, float]] = {}
+        for member, score in raw:
+            tenant_id, job_id = index.parse_member(member)
+            by_tenant.setdefault(tenant_id, {})[int(job_id)] = score
+        for tenant_id, scores in by_tenant.items():
+            self.progress.pruned += prune_members(self.writes, self.tenants, tenant_id, scores)
+        self._set_cursor("prune:cursor", position)
+        return position == 0
+
+
+def prune_members(
+    writes: FencedRedis, tenants: TenantDirectory, tenant_id: int, scores: dict[int, float]
+) -> int:
+    """Remove index members whose job is gone or unschedulable; a job that became
+    schedulable while this ran is put back (remove, then re-check)."""
+    schema = tenants.schema(tenant_id)
+    try:
+        states = job_states(schema, list(scores)) if schema else {}
+    except Exception:
+        if _connection_broken():
+            raise
+        return 0  # the tenant cannot be read now: prune nothing of it
+    stale = [j for j in scores if not states.get(j, (False, None))[0]]
+    if not stale:
+        return 0
+    changes = [Cas(index.member(tenant_id, j), scores[j], None) for j in stale]
+    applied = writes.cas_jobs(changes)
+    removed = [j for j, ok in zip(stale, applied, strict=True) if ok]
+    if schema and removed:
+        put_back_schedulable(writes, tenant_id, schema, removed)
+    return len(removed)
+
+
+def job_states(schema: str, job_ids: list[int]) -> dict[int, tuple[bool, datetime | None]]:
+    with connection.cursor() as cursor:
+        return store.job_states(cursor, schema, job_ids)
+
+
+def put_back_schedulable(writes: FencedRedis, tenant_id: int, schema: str, job_ids: list[int]):
+    """After removing members: any job schedulable by now goes back (an edit that made it
+    schedulable again may have written the very score the removal compared against)."""
+    try:
+        states = job_states(schema, job_ids)
+    except Exception:
+        if _connection_broken():
+            raise
+        return  # the reconciliation sweep puts them back once the tenant can be read
+    back = {
+        index.member(tenant_id, j): at.timestamp()
+        for j, (ok, at) in states.items()
+        if ok and at is not None
+    }
+    if back:
+        writes.lower_jobs(back)
+
+
+def _connection_broken() -> bool:
+    raw = connection.connection
+    return raw is None or getattr(raw, "closed", False) or getattr(raw, "broken", False)

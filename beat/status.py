@@ -1,53 +1,100 @@
-"""What `scheduler_status` reports: leader, epoch, index size, due-but-unfired work."""
+"""What `scheduler_status` reports: leader, epoch, index state, and due work not yet fired,
+counted from PostgreSQL (the truth), not from the index being checked."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
 from core import index
-from core.keys import index_built_key, index_key, leader_info_key
+from core.keys import faults_key, index_built_key, index_key, leader_info_key, rebuild_state_key
 from core.sql import table
 from runs.status_sql import STATUS
 
 from .lease import current_epoch
+from .store import SCHEDULABLE
 from .tenant_directory import TenantDirectory
 
+SCHEMAS_PER_STATEMENT = 200  # one UNION ALL statement per this many tenants
 
-def _unfired_runs(now: datetime) -> tuple[int, datetime | None]:
-    count, oldest = 0, None
-    for _tenant_id, schema in TenantDirectory().all():
-        query = sql.SQL(
-            "SELECT count(*), min(due_at) FROM {} WHERE status IN {waiting} AND due_at <= %s"
-        ).format(table(schema, "runs_run"), **STATUS)
-        with connection.cursor() as cursor:
-            cursor.execute(query, [now])
-            n, first = cursor.fetchone()
-        count += n
-        if first is not None and (oldest is None or first < oldest):
-            oldest = first
-    return count, oldest
+
+def _overdue_query(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "SELECT (SELECT count(*) FROM {runs} WHERE status IN {waiting} AND due_at <= %s),"
+        " (SELECT min(due_at) FROM {runs} WHERE status IN {waiting} AND due_at <= %s),"
+        f" (SELECT count(*) FROM {{jobs}} WHERE {SCHEDULABLE} AND next_run_at <= %s),"
+        f" (SELECT min(next_run_at) FROM {{jobs}} WHERE {SCHEDULABLE})"
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
+
+
+def _rows(schemas: list[str], now: datetime) -> tuple[list[tuple], list[str]]:
+    """The overdue figures of each schema; a schema that cannot be read is listed apart
+    (and does not hide the others)."""
+    query = sql.SQL(" UNION ALL ").join(_overdue_query(s) for s in schemas)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(query, [now, now, now] * len(schemas))
+            return cursor.fetchall(), []
+    except DatabaseError:
+        if len(schemas) == 1:
+            return [], schemas
+    rows, broken = [], []
+    for schema in schemas:
+        more, bad = _rows([schema], now)
+        rows += more
+        broken += bad
+    return rows, broken
+
+
+def _overdue(now: datetime) -> dict:
+    """Runs waiting past their due time and schedulable jobs whose next slot passed without
+    being materialised, over every tenant, with the oldest of each."""
+    runs = jobs = 0
+    oldest_run = oldest_job = None
+    unreadable: list[str] = []
+    schemas = [schema for _, schema in TenantDirectory().all()]
+    for start in range(0, len(schemas), SCHEMAS_PER_STATEMENT):
+        rows, broken = _rows(schemas[start : start + SCHEMAS_PER_STATEMENT], now)
+        unreadable += broken
+        for n_runs, first_run, n_jobs, first_job in rows:
+            runs += n_runs
+            jobs += n_jobs
+            if first_run is not None and (oldest_run is None or first_run < oldest_run):
+                oldest_run = first_run
+            if n_jobs and (oldest_job is None or first_job < oldest_job):
+                oldest_job = first_job
+    return {
+        "runs": runs,
+        "oldest_run": oldest_run,
+        "jobs": jobs,
+        "oldest_job": oldest_job,
+        "unreadable": unreadable,
+    }
 
 
 def scheduler_status(client, now: datetime) -> dict:
     raw_leader = client.get(leader_info_key())
     lease = current_epoch()
-    unfired, oldest_run = _unfired_runs(now)
-    overdue_jobs = client.zcount(index_key(), "-inf", now.timestamp())
-    head = index.earliest(client, index_key())
-    lags = [now.timestamp() - oldest_run.timestamp()] if oldest_run else []
-    if overdue_jobs and head is not None:
-        lags.append(now.timestamp() - head)
+    overdue = _overdue(now)
+    oldest = [overdue["oldest_run"], overdue["oldest_job"]]
+    lags = [now.timestamp() - t.timestamp() for t in oldest if t is not None]
+    faults = client.get(faults_key())
+    rebuild = client.hgetall(rebuild_state_key())
     return {
         "leader": raw_leader.decode() if raw_leader else None,
         "epoch": lease[0] if lease else None,
         "last_holder": lease[1] if lease else None,
         "index_built": bool(client.exists(index_built_key())),
+        "index_rebuilding": bool(rebuild),
+        "index_rebuild_phases": json.loads(rebuild[b"phases"]) if b"phases" in rebuild else [],
         "index_size": client.zcard(index_key()),
         "runs_index_size": client.zcard(index.runs_index_key()),
-        "due_unfired_runs": unfired,
-        "due_unmaterialised_jobs": overdue_jobs,
+        "due_unfired_runs": overdue["runs"],
+        "due_unmaterialised_jobs": overdue["jobs"],
         "oldest_unfired_lag_seconds": round(max(lags), 3) if lags else None,
+        "failing_tenants": json.loads(faults) if faults else [],
+        "unreadable_schemas": overdue["unreadable"],
     }

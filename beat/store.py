@@ -2,7 +2,8 @@
 
 The leader works across every tenant schema, so it names tables as `"<schema>"."<table>"`
 instead of switching the connection's search_path, and it writes whole batches with
-`unnest` arrays: one statement per schema per step, never one per run.
+`unnest` arrays: one statement per schema per step, never one per run. Status words come
+from `runs.states` through `runs.status_sql.STATUS`.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ JOB_COLUMNS = (
     "paused_at",
     "resumed_at",
     "deleted_at",
+    "fault_code",
     "next_run_at",
     "priority",
     "concurrency_policy",
     "max_concurrent_runs",
     "timeout_seconds",
+    "version",
 )
+# The condition of job_schedulable_idx: a job whose slots the leader materialises.
+SCHEDULABLE = "deleted_at IS NULL AND NOT paused AND next_run_at IS NOT NULL AND fault_code = ''"
 
 
 class FencingError(Exception):
@@ -48,8 +53,9 @@ class FencingError(Exception):
 def fence(cursor, epoch: int) -> None:
     """Invariant 3: hold the lease row FOR SHARE while this transaction writes.
 
-    A new leader's epoch bump (an UPDATE of the same row) waits for this transaction,
-    and once it commits, this check fails for the old epoch.
+    A new leader's epoch bump (an UPDATE of the same row) waits for this transaction (for a
+    bounded time, see `beat.lease.bump_epoch`), and once it commits, this check fails for
+    the old epoch.
     """
     cursor.execute(
         "SELECT 1 FROM public.beat_schedulerlease WHERE id = 1 AND epoch = %s FOR SHARE",
@@ -77,11 +83,13 @@ class JobRow:
     paused_at: datetime | None
     resumed_at: datetime | None
     deleted_at: datetime | None
+    fault_code: str
     next_run_at: datetime | None
     priority: str
     concurrency_policy: str
     max_concurrent_runs: int
     timeout_seconds: int
+    version: int
 
     @property
     def schedulable(self) -> bool:
@@ -90,15 +98,37 @@ class JobRow:
             and not self.paused
             and self.next_run_at is not None
             and self.schedule_kind != "none"
+            and not self.fault_code
         )
 
 
-def lock_jobs(cursor, schema: str, job_ids: list[int]) -> list[JobRow]:
-    query = sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s::bigint[]) FOR UPDATE").format(
+def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], set[int]]:
+    """Lock the jobs to materialise. A job an edit holds locked is skipped, not waited
+    for (the leader never queues behind a tenant's request); returns (locked rows, ids of
+    the jobs that are locked elsewhere and so left for the next iteration)."""
+    query = sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED").format(
         sql.SQL(", ").join(map(sql.Identifier, JOB_COLUMNS)), table(schema, "jobs_job")
     )
     cursor.execute(query, [pg_array(job_ids)])
-    return [JobRow(*row) for row in cursor.fetchall()]
+    rows = [JobRow(*row) for row in cursor.fetchall()]
+    missing = set(job_ids) - {row.id for row in rows}
+    if not missing:
+        return rows, set()
+    exists = sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::bigint[])").format(
+        table(schema, "jobs_job")
+    )
+    cursor.execute(exists, [pg_array(sorted(missing))])
+    return rows, {row[0] for row in cursor.fetchall()}
+
+
+def job_states(cursor, schema: str, job_ids: list[int]) -> dict[int, tuple[bool, datetime | None]]:
+    """(schedulable, next_run_at) of each job that exists: what the index must say."""
+    query = sql.SQL(
+        f"SELECT id, ({SCHEDULABLE}) AND schedule_kind <> 'none', next_run_at FROM {{}} "
+        "WHERE id = ANY(%s::bigint[])"
+    ).format(table(schema, "jobs_job"))
+    cursor.execute(query, [pg_array(job_ids)])
+    return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
 
 
 def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
@@ -138,6 +168,54 @@ def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]
     cursor.execute(query, [pg_array(job_ids), pg_array(nexts)])
 
 
+def park_jobs(cursor, schema: str, faults: list[tuple[int, str, str]]) -> None:
+    """(job id, fault code, detail): the job leaves scheduling until edited or resumed."""
+    if not faults:
+        return
+    ids, codes, details = map(list, zip(*faults, strict=True))
+    query = sql.SQL(
+        """
+        UPDATE {jobs} AS j SET fault_code = u.code, fault_detail = u.detail, faulted_at = now(),
+               version = j.version + 1
+        FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(id, code, detail)
+        WHERE j.id = u.id
+        """
+    ).format(jobs=table(schema, "jobs_job"))
+    cursor.execute(query, [ids, codes, details])
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A run the fire step moved to `queued`, with what its message depends on as the job
+    says now (an edit since the message was built changes the queue or the time limits)."""
+
+    run_id: Any
+    priority: str
+    timeout_seconds: int
+
+
+def queue_unconstrained(cursor, schema: str, run_ids: list, now: datetime) -> list[Queued]:
+    """The common case in one statement: on-time runs of active `allow` jobs go straight to
+    queued (first attempts of any trigger, and retries). Runs it leaves need the full
+    admission: other concurrency policies, paused or deleted jobs, and schedule runs later
+    than their job's misfire grace (the misfire policy decides those)."""
+    if not run_ids:
+        return []
+    query = sql.SQL(
+        """
+        UPDATE {runs} r SET status = {queued}, queued_at = now() FROM {jobs} j
+        WHERE r.id = ANY(%s::uuid[]) AND r.status IN {admittable}
+          AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
+          AND (r.trigger <> 'schedule' OR r.attempt > 1
+               OR (NOT j.paused
+                   AND r.due_at >= %s - make_interval(secs => j.misfire_grace_seconds)))
+        RETURNING r.id, j.priority, j.timeout_seconds
+        """
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
+    cursor.execute(query, [pg_array(run_ids), now])
+    return [Queued(*row) for row in cursor.fetchall()]
+
+
 @dataclass(frozen=True)
 class JobAdmissionRow:
     id: int
@@ -146,6 +224,10 @@ class JobAdmissionRow:
     paused: bool
     deleted: bool
     active: int
+    misfire_policy: str
+    misfire_grace_seconds: int
+    priority: str
+    timeout_seconds: int
 
 
 def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, JobAdmissionRow]:
@@ -156,7 +238,8 @@ def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, Job
                j.deleted_at IS NOT NULL,
                CASE WHEN j.concurrency_policy = 'allow' THEN 0 ELSE
                  (SELECT count(*) FROM {runs} r
-                  WHERE r.job_id = j.id AND r.status IN {active}) END
+                  WHERE r.job_id = j.id AND r.status IN {active}) END,
+               j.misfire_policy, j.misfire_grace_seconds, j.priority, j.timeout_seconds
         FROM {jobs} j WHERE j.id = ANY(%s)
         """
     ).format(jobs=table(schema, "jobs_job"), runs=table(schema, "runs_run"), **STATUS)
@@ -164,35 +247,17 @@ def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, Job
     return {row[0]: JobAdmissionRow(*row) for row in cursor.fetchall()}
 
 
-def mark_queued(cursor, schema: str, run_ids: list, now: datetime) -> set:
+def mark_queued(cursor, schema: str, run_ids: list) -> set:
     """scheduled|retrying -> queued; returns the ids that moved (only those are published)."""
     if not run_ids:
         return set()
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = {queued}, queued_at = %s
+        UPDATE {runs} SET status = {queued}, queued_at = now()
         WHERE id = ANY(%s::uuid[]) AND status IN {admittable} RETURNING id
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [now, pg_array(run_ids)])
-    return {row[0] for row in cursor.fetchall()}
-
-
-def queue_unconstrained(cursor, schema: str, run_ids: list, now: datetime) -> set:
-    """The common case in one statement: runs of active `allow` jobs go straight to queued
-    (scheduled ones of any trigger, and retries). Runs it leaves need the full admission."""
-    if not run_ids:
-        return set()
-    query = sql.SQL(
-        """
-        UPDATE {runs} r SET status = {queued}, queued_at = %s FROM {jobs} j
-        WHERE r.id = ANY(%s::uuid[]) AND r.status IN {admittable}
-          AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
-          AND (NOT j.paused OR r.trigger <> 'schedule' OR r.attempt > 1)
-        RETURNING r.id
-        """
-    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
-    cursor.execute(query, [now, pg_array(run_ids)])
+    cursor.execute(query, [pg_array(run_ids)])
     return {row[0] for row in cursor.fetchall()}
 
 
@@ -257,39 +322,57 @@ REF_COLUMNS = (
 )
 
 
-def pending_runs(
-    cursor, schema: str, *, until: datetime, run_ids: list | None = None, limit: int = 10_000
-) -> list[RunRef]:
+def _ref_query(where: str, tail: str = "") -> sql.Composed:
+    return sql.SQL(
+        "SELECT {cols} FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE " + where + tail
+    )
+
+
+def pending_runs(cursor, schema: str, *, until: datetime, limit: int = 10_000) -> list[RunRef]:
     """Runs waiting for admission (scheduled or retrying) due by `until`, oldest first."""
-    query = sql.SQL(
-        """
-        SELECT {cols}
-        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
-        WHERE r.status IN {waiting} AND r.due_at <= %s
-          AND (%s::uuid[] IS NULL OR r.id = ANY(%s::uuid[]))
-        ORDER BY r.due_at LIMIT %s
-        """
-    ).format(
+    query = _ref_query("r.status IN {waiting} AND r.due_at <= %s", " ORDER BY r.due_at LIMIT %s")
+    query = query.format(
         cols=sql.SQL(REF_COLUMNS),
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [until, run_ids, run_ids, limit])
+    cursor.execute(query, [until, limit])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 
-def queued_runs(cursor, schema: str) -> list[RunRef]:
-    query = sql.SQL(
-        """
-        SELECT {cols}
-        FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE r.status = {queued}
-        """
-    ).format(
+def pending_runs_by_id(cursor, schema: str, *, until: datetime, run_ids: list) -> list[RunRef]:
+    """The runs among `run_ids` that still wait for admission and are due by `until`."""
+    query = _ref_query("r.id = ANY(%s::uuid[]) AND r.status IN {waiting} AND r.due_at <= %s")
+    query = query.format(
         cols=sql.SQL(REF_COLUMNS),
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query)
+    cursor.execute(query, [pg_array(run_ids), until])
     return [RunRef(*row) for row in cursor.fetchall()]
+
+
+def queued_runs(cursor, schema: str, *, after: Any = None, limit: int = 10_000) -> list[RunRef]:
+    """Queued runs in id order, a page at a time (`after`: the last id of the page before)."""
+    where = "r.status = {queued}" + (" AND r.id > %s" if after is not None else "")
+    query = _ref_query(where, " ORDER BY r.id LIMIT %s").format(
+        cols=sql.SQL(REF_COLUMNS),
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        **STATUS,
+    )
+    cursor.execute(query, [*([after] if after is not None else []), limit])
+    return [RunRef(*row) for row in cursor.fetchall()]
+
+
+def due_jobs(cursor, schema: str, *, until: datetime, limit: int) -> list[tuple[int, datetime]]:
+    """Schedulable jobs due by `until`, soonest first (on job_schedulable_idx): what the
+    index must hold for nothing to be missed."""
+    query = sql.SQL(
+        f"SELECT id, next_run_at FROM {{}} WHERE {SCHEDULABLE} AND next_run_at <= %s "
+        "ORDER BY next_run_at LIMIT %s"
+    ).format(table(schema, "jobs_job"))
+    cursor.execute(query, [until, limit])
+    return cursor.fetchall()

@@ -162,7 +162,7 @@ def index_jobs(client, tenant: Tenant, *, where: str = "TRUE", chunk: int = 50_0
         if not rows:
             return total
         pipe = client.pipeline(transaction=False)
-        index.put_jobs(pipe, [(tenant.id, job_id, at) for job_id, at in rows])
+        index.lower_jobs(pipe, [(tenant.id, job_id, at) for job_id, at in rows])
         pipe.execute()
         total += len(rows)
         last = rows[-1][0]

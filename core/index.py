@@ -4,6 +4,15 @@
   only the due head of it (ZRANGEBYSCORE, O(log n + due)), never the whole set.
 - runs: member `<tenant id>:<run id>`, score = due time, for runs admitted one by one
   (manual triggers, retries, dependency runs) rather than materialised from a schedule.
+
+How the jobs index stays right with many writers and no version memory: a score that is
+too early only costs the leader a look at the job (it re-reads the row and corrects the
+score); a score that is too late, or a missing member, loses a fire. So:
+
+- everyone but the leader only *adds or lowers* a score (`ZADD LT`), and never removes:
+  writes that arrive out of order can then only leave a score too early;
+- the leader moves a score later, or removes a member, only by compare-and-set against the
+  score it read (`beat/fenced.py`), so it never undoes a concurrent edit's write.
 """
 
 from __future__ import annotations
@@ -24,28 +33,17 @@ def parse_member(raw: bytes | str) -> tuple[int, str]:
     return int(tenant), object_id
 
 
-def put_jobs(pipe, entries: Iterable[tuple[int, int, datetime]]) -> None:
+def lower_jobs(pipe, entries: Iterable[tuple[int, int, datetime]]) -> None:
+    """Add each job, or move its score earlier (never later): safe in any order."""
     mapping = {member(t, j): when.timestamp() for t, j, when in entries}
     if mapping:
-        pipe.zadd(index_key(), mapping)
-
-
-def remove_jobs(pipe, entries: Iterable[tuple[int, int]]) -> None:
-    members = [member(t, j) for t, j in entries]
-    if members:
-        pipe.zrem(index_key(), *members)
+        pipe.zadd(index_key(), mapping, lt=True)
 
 
 def put_runs(pipe, entries: Iterable[tuple[int, object, datetime]]) -> None:
     mapping = {member(t, r): when.timestamp() for t, r, when in entries}
     if mapping:
         pipe.zadd(runs_index_key(), mapping)
-
-
-def remove_runs(pipe, entries: Iterable[tuple[int, object]]) -> None:
-    members = [member(t, r) for t, r in entries]
-    if members:
-        pipe.zrem(runs_index_key(), *members)
 
 
 def due(client, key: str, horizon: float, limit: int) -> list[tuple[int, str, float]]:

@@ -25,6 +25,16 @@ def index_built_key() -> str:
     return _key("index", "built")
 
 
+def rebuild_state_key() -> str:
+    """Hash: the progress of the rebuild in progress (phases left, per-tenant cursors)."""
+    return _key("index", "rebuild")
+
+
+def faults_key() -> str:
+    """JSON: the tenants the leader skips right now and why (for scheduler_status)."""
+    return _key("leader", "faults")
+
+
 def leader_lock_name() -> str:
     return _key("leader")  # python-redis-lock stores it under `lock:<name>`
 

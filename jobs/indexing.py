@@ -1,9 +1,12 @@
 """Keeping the Redis time index in step with a job's row (PostgreSQL is the truth).
 
 A service saves a changed job flagged `index_dirty` in its own transaction; after the
-commit it writes the job's index entry and clears the flag. If Redis does not answer, or
-the process dies in between, the flag stays and the leader's sync writes the entry: an
-edit can never be lost to the index, and the sync reads only flagged jobs.
+commit it adds the job's index entry (or lowers its score) and clears the flag. If Redis
+does not answer, or the process dies in between, the flag stays and the leader's sync
+writes the entry: an edit can never be lost to the index, and the sync reads only flagged
+jobs. A service never removes an entry or moves one later (see `core/index.py`): a job
+paused, deleted or postponed keeps its old score until the leader, reading the row when
+that score comes due, removes it or moves it on.
 """
 
 from __future__ import annotations
@@ -40,9 +43,7 @@ def save_and_index(tenant: Tenant, job: Job, *, creating: bool = False) -> None:
         client = get_redis()
         pipe = client.pipeline(transaction=False)
         if schedulable:
-            index.put_jobs(pipe, [(tenant_id, job_id, when)])
-        else:
-            index.remove_jobs(pipe, [(tenant_id, job_id)])
+            index.lower_jobs(pipe, [(tenant_id, job_id, when)])
         pipe.rpush(wake_key(), "index")
         pipe.execute()
         mark_indexed(schema, [(job_id, version)])

@@ -78,6 +78,11 @@ class Job(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     resumed_at = models.DateTimeField(null=True, blank=True)  # slots in between: `paused`
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Set by the leader when the job's stored fields cannot be planned (e.g. its time zone
+    # no longer exists): the job is parked until an edit or a resume clears it.
+    fault_code = models.CharField(max_length=32, blank=True, default="", db_default="")
+    fault_detail = models.TextField(blank=True, default="", db_default="")
+    faulted_at = models.DateTimeField(null=True, blank=True)
 
     # The next slot not yet materialised, UTC. The leader advances it; Redis mirrors it.
     next_run_at = models.DateTimeField(null=True, blank=True)
@@ -94,7 +99,9 @@ class Job(models.Model):
             models.Index(
                 fields=["next_run_at"],
                 name="job_schedulable_idx",
-                condition=Q(deleted_at__isnull=True, paused=False, next_run_at__isnull=False),
+                condition=Q(
+                    deleted_at__isnull=True, paused=False, next_run_at__isnull=False, fault_code=""
+                ),
             ),
             models.Index(fields=["updated_at"], name="job_updated_idx"),
             models.Index(fields=["id"], name="job_index_dirty_idx", condition=Q(index_dirty=True)),
@@ -107,7 +114,19 @@ class Job(models.Model):
     def state(self) -> str:
         if self.deleted_at is not None:
             return "deleted"
-        return "paused" if self.paused else "active"
+        if self.paused:
+            return "paused"
+        return "parked" if self.fault_code else "active"
+
+    @property
+    def schedulable(self) -> bool:
+        """The leader materialises its slots (the condition of job_schedulable_idx)."""
+        return (
+            self.deleted_at is None
+            and not self.paused
+            and self.next_run_at is not None
+            and not self.fault_code
+        )
 
 
 class Dependency(models.Model):

@@ -24,8 +24,12 @@ def job_list(
 ) -> QuerySet[Job]:
     """Live (not deleted) jobs, filtered; the caller orders and pages."""
     jobs = Job.objects.filter(deleted_at__isnull=True)
-    if state is not None:
-        jobs = jobs.filter(paused=(state == "paused"))
+    if state == "paused":
+        jobs = jobs.filter(paused=True)
+    elif state == "parked":
+        jobs = jobs.filter(paused=False).exclude(fault_code="")
+    elif state == "active":
+        jobs = jobs.filter(paused=False, fault_code="")
     if priority is not None:
         jobs = jobs.filter(priority=priority)
     if q:

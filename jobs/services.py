@@ -22,7 +22,7 @@ from .dag import find_cycle, replace_upstreams
 from .indexing import save_and_index
 from .models import AuditEvent, Dependency, Job, new_hash_seed
 from .schedule_fields import schedule_of
-from .schedules import next_slot
+from .schedules import ScheduleError, next_slot
 from .signals import job_deleted, schedule_changed
 from .validation import SCHEDULE_FIELDS, JobValidationError, clean_job_input
 
@@ -112,6 +112,7 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
             setattr(job, key, value)
         if any(k in SCHEDULE_FIELDS for k in changed):
             job.next_run_at = first_slot_after(job, now)
+        _clear_fault(job, now)
         if clean.depends_on is not None:
             _set_dependencies(job, clean.depends_on)
         save_and_index(tenant, job)
@@ -139,15 +140,37 @@ def job_pause(*, tenant: Tenant, actor: Actor, job_id: int, reason: str = "", cl
     return job
 
 
+def _clear_fault(job: Job, now: datetime) -> bool:
+    """Un-park a job the leader parked, if its stored schedule can be planned now; False
+    (still parked) otherwise."""
+    if not job.fault_code:
+        return True
+    try:
+        first = first_slot_after(job, now)
+    except ScheduleError:
+        return False
+    job.fault_code, job.fault_detail, job.faulted_at = "", "", None
+    if job.next_run_at is None:
+        job.next_run_at = first
+    return True
+
+
 def job_resume(*, tenant: Tenant, actor: Actor, job_id: int, clock: Clock) -> Job:
-    """Slots missed while paused are handled by the job's misfire policy (reason `paused`)."""
+    """Slots missed while paused (or parked) are handled by the job's misfire policy (reason
+    `paused` for a pause). A parked job is resumed only once its schedule can be planned."""
     now = clock.now()
     with transaction.atomic():
         job = _locked(job_id)
+        parked = bool(job.fault_code)
+        if parked and not _clear_fault(job, now):
+            raise JobValidationError(
+                {"schedule": [f"{job.fault_detail}; edit the job to fix its schedule"]}
+            )
         if job.paused:
             job.paused, job.resumed_at, job.paused_reason = False, now, ""
             if job.next_run_at is None:
                 job.next_run_at = first_slot_after(job, now)
+        if parked or job.resumed_at == now:
             save_and_index(tenant, job)
         _audit(actor, "resume", job)
     return job

@@ -61,7 +61,7 @@ class Claimed:
 # the common failure, are unaffected. See docs/adr/0007-worker-bookkeeping.md.
 CLAIM_SQL = """
 WITH claimed AS (
-    UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = %(now)s,
+    UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = now(),
                       worker = %(worker)s, error = ''
     WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
@@ -231,7 +231,7 @@ def run_execute(
         log.info("run %s attempt %s: nothing to claim (duplicate or moved on)", run_id, attempt)
         return "duplicate"
     release_connection()
-    stop = heartbeats.track(schema, run_id) if heartbeats else threading.Event()
+    stop = heartbeats.track(schema, run_id, attempt) if heartbeats else threading.Event()
     context = RunContext(
         run_id=str(run_id),
         job_id=claimed.job_id,
@@ -247,7 +247,7 @@ def run_execute(
         outcome = Outcome(False, f"{exc.__class__.__name__}: {exc}")
     finally:
         if heartbeats:
-            heartbeats.untrack(schema, run_id)
+            heartbeats.untrack(schema, run_id, attempt)
     decision = finish_run(claimed, outcome, clock.now())
     if decision is None:
         return "superseded"

@@ -1,9 +1,13 @@
 """Heartbeats of the runs a worker process is executing, batched: one UPDATE per tenant
 schema every interval for all of its running runs, never one per run per second.
 
-The same UPDATE tells the worker which of its runs were cancelled (or reaped) meanwhile:
-those rows no longer match `status = 'running'`, so their stop flag is raised and a task
-that waits with `context.wait()` or polls `context.should_stop()` ends early.
+A heartbeat names the attempt it vouches for, and its time is the database's clock (the
+reaper compares it with the same clock, so two hosts' clocks are never compared). The same
+UPDATE tells the worker which of its runs were cancelled, reaped, or moved on to another
+attempt meanwhile: those rows no longer match (id, attempt, `running`), so their stop flag
+is raised and a task that waits with `context.wait()` or polls `context.should_stop()`
+ends early. A superseded attempt's worker therefore neither keeps the run looking alive
+nor runs on unnoticed.
 """
 
 from __future__ import annotations
@@ -11,64 +15,67 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable
-from datetime import datetime
 
 from django.db import close_old_connections, connection
 from psycopg import sql
 
-from core.sql import table
+from core.sql import pg_array, table
 
 from .status_sql import STATUS
 
 log = logging.getLogger("runs.heartbeat")
 
+BEAT_SQL = """
+UPDATE {runs} r SET heartbeat_at = now()
+FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
+WHERE r.id = u.id AND r.attempt = u.attempt AND r.status = {running}
+RETURNING r.id
+"""
+
 
 class Heartbeats:
-    def __init__(self, interval_seconds: float, now: Callable[[], datetime]) -> None:
+    def __init__(self, interval_seconds: float) -> None:
         self.interval = interval_seconds
-        self.now = now
-        self._running: dict[tuple[str, str], threading.Event] = {}
+        self._running: dict[tuple[str, str, int], threading.Event] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._owner_pid: int | None = None
         self._stop = threading.Event()
 
-    def track(self, schema: str, run_id: str) -> threading.Event:
-        """Start beating for a run; returns the event raised if the run is stopped."""
+    def track(self, schema: str, run_id: str, attempt: int) -> threading.Event:
+        """Start beating for one attempt of a run; returns the event raised if it is
+        stopped (cancelled, reaped, or superseded by another attempt)."""
         self._ensure_thread()
         stop = threading.Event()
         with self._lock:
-            self._running[(schema, str(run_id))] = stop
+            self._running[(schema, str(run_id), attempt)] = stop
         return stop
 
-    def untrack(self, schema: str, run_id: str) -> None:
+    def untrack(self, schema: str, run_id: str, attempt: int) -> None:
         with self._lock:
-            self._running.pop((schema, str(run_id)), None)
+            self._running.pop((schema, str(run_id), attempt), None)
 
     def beat_once(self) -> int:
         """One batched heartbeat; returns how many runs were found stopped."""
         with self._lock:
             snapshot = dict(self._running)
-        by_schema: dict[str, list[str]] = defaultdict(list)
-        for schema, run_id in snapshot:
-            by_schema[schema].append(run_id)
+        by_schema: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for schema, run_id, attempt in snapshot:
+            by_schema[schema].append((run_id, attempt))
         stopped = 0
-        for schema, run_ids in by_schema.items():
-            alive = self._beat_schema(schema, run_ids)
-            for run_id in run_ids:
+        for schema, attempts in by_schema.items():
+            alive = self._beat_schema(schema, attempts)
+            for run_id, attempt in attempts:
                 if run_id not in alive:
-                    snapshot[(schema, run_id)].set()
+                    snapshot[(schema, run_id, attempt)].set()
                     stopped += 1
         return stopped
 
-    def _beat_schema(self, schema: str, run_ids: list[str]) -> set[str]:
-        query = sql.SQL(
-            "UPDATE {} SET heartbeat_at = %s WHERE id = ANY(%s::uuid[]) AND status = {running} "
-            "RETURNING id"
-        ).format(table(schema, "runs_run"), **STATUS)
+    def _beat_schema(self, schema: str, attempts: list[tuple[str, int]]) -> set[str]:
+        query = sql.SQL(BEAT_SQL).format(runs=table(schema, "runs_run"), **STATUS)
+        ids, numbers = zip(*attempts, strict=True)
         with connection.cursor() as cursor:
-            cursor.execute(query, [self.now(), run_ids])
+            cursor.execute(query, [pg_array(list(ids)), pg_array(list(numbers))])
             return {str(row[0]) for row in cursor.fetchall()}
 
     def _ensure_thread(self) -> None:

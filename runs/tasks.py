@@ -15,7 +15,7 @@ from .heartbeat import Heartbeats
 
 WORKER = socket.gethostname()
 CLOCK = SystemClock()
-HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS, CLOCK.now)
+HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS)
 
 
 @shared_task(

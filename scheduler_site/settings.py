@@ -114,6 +114,24 @@ if DB_POOL_MAX_SIZE:
         "max_size": DB_POOL_MAX_SIZE,
         "timeout": env_float("DB_POOL_TIMEOUT_SECONDS", 30.0, minimum=1.0),
     }
+# Every wait on PostgreSQL is bounded (0 turns one off). Sent as startup options, so they
+# hold from the first statement of every connection; a transaction-pooling PgBouncer
+# refuses startup options: set all three to 0 there and configure them on the database
+# role instead (ALTER ROLE ... SET statement_timeout = ...).
+DB_STATEMENT_TIMEOUT_SECONDS = env_float("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0)
+DB_LOCK_TIMEOUT_SECONDS = env_float("DB_LOCK_TIMEOUT_SECONDS", 10.0, minimum=0)
+DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float(
+    "DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60.0, minimum=0
+)
+_timeouts = {
+    "statement_timeout": DB_STATEMENT_TIMEOUT_SECONDS,
+    "lock_timeout": DB_LOCK_TIMEOUT_SECONDS,
+    "idle_in_transaction_session_timeout": DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+}
+if any(_timeouts.values()):
+    _db.setdefault("OPTIONS", {})["options"] = " ".join(
+        f"-c {name}={int(seconds * 1000)}" for name, seconds in _timeouts.items() if seconds
+    )
 _db.setdefault("TEST", {})["NAME"] = env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")
 DATABASES = {"default": _db}
 DATABASE_ROUTERS = ("django_tenants.routers.TenantSyncRouter",)
@@ -175,6 +193,25 @@ SCHEDULER_MISFIRE_MAX_RUNS = env_int("SCHEDULER_MISFIRE_MAX_RUNS", 100, minimum=
 SCHEDULER_MISFIRE_MAX_AGE_SECONDS = env_int("SCHEDULER_MISFIRE_MAX_AGE_SECONDS", 86400, minimum=60)
 SCHEDULER_MAX_JOBS_PER_TENANT = env_int("SCHEDULER_MAX_JOBS_PER_TENANT", 100_000, minimum=1)
 SCHEDULER_REDIS_PREFIX = env_str("SCHEDULER_REDIS_PREFIX", "tw")
+# The leader's own, tighter bounds (its lease is SCHEDULER_LEASE_SECONDS): a lock it waits
+# for, one statement, and a transaction left open by a frozen leader, which PostgreSQL then
+# ends so that the next leader's epoch bump is not held up.
+SCHEDULER_DB_LOCK_TIMEOUT_SECONDS = env_float(
+    "SCHEDULER_DB_LOCK_TIMEOUT_SECONDS", SCHEDULER_LEASE_SECONDS / 2, minimum=0.05
+)
+SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS = env_float(
+    "SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS", 10.0, minimum=0.5
+)
+SCHEDULER_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float(
+    "SCHEDULER_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+    max(SCHEDULER_LEASE_SECONDS, 1.0),
+    minimum=0.5,
+)
+# How long a new leader waits for the previous one's fenced transactions before ending
+# their sessions (a frozen leader must not hold up the takeover).
+SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS = env_float(
+    "SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS", 0.5, minimum=0.05
+)
 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)

@@ -36,6 +36,7 @@ JOB_FIELDS = {
     "depends_on",
     "state",
     "paused_reason",
+    "fault",
     "next_run_at",
     "last_run",
     "created_at",

@@ -9,8 +9,10 @@ from django.db import connection
 from django_tenants.utils import schema_context
 
 from beat.engine import Engine, EngineConfig
-from beat.lease import bump_epoch
+from beat.fenced import FencedRedis
+from beat.lease import Lease
 from core.clock import FakeClock
+from core.keys import leader_lock_name
 from jobs.services import Actor, job_create
 from runs.models import Run
 from tenants.models import Tenant
@@ -30,10 +32,18 @@ def make_job(tenant: Tenant, clock: FakeClock, **data):
 
 
 def new_engine(client, clock: FakeClock, **config) -> Engine:
-    """An engine holding a fresh epoch (as a newly elected leader would)."""
-    epoch = bump_epoch("test-leader")
+    """An engine holding the lease and a fresh epoch, as a newly elected leader would (any
+    previous holder's lease is taken as expired): its Redis writes are fenced by the token."""
+    client.delete("lock:" + leader_lock_name())
+    lease = Lease(client, holder="test-leader", expire_seconds=3600)
+    assert lease.try_acquire()
     return Engine(
-        client=client, clock=clock, epoch=epoch, config=EngineConfig(**config), origin="test-leader"
+        client=client,
+        clock=clock,
+        epoch=lease.epoch,
+        config=EngineConfig(**config),
+        origin="test-leader",
+        writes=FencedRedis(client, lease.lock_key, lease.token),
     )
 
 

@@ -86,7 +86,7 @@ def test_leader_killed_after_materialise_does_not_double_or_lose_fire(live, redi
     assert len(materialised) == 5 * 3
     # A dies here. Its index writes may be lost too: put the old scores back.
     pipe = redis_client.pipeline()
-    index.put_jobs(pipe, [(alpha.id, j.id, j.next_run_at) for j in jobs])
+    index.lower_jobs(pipe, [(alpha.id, j.id, j.next_run_at) for j in jobs])
     pipe.execute()
 
     leader_b = new_engine(redis_client, clock)

@@ -8,7 +8,9 @@ from datetime import timedelta
 
 from django_tenants.utils import schema_context
 
+from core import index
 from core.clock import FakeClock
+from core.keys import index_key
 from jobs.services import job_pause, job_resume
 from runs import states
 from runs.models import Run
@@ -129,6 +131,10 @@ def test_paused_job_materialises_nothing_and_its_pending_run_is_skipped(live, re
     clock.set(utc(2026, 6, 1, 12, 1))
     engine.fire()
     clock.advance(120)
+    # A pause leaves the job's index entry (only the leader moves scores later or removes
+    # them): the leader reads the row once, finds it paused, and drops the entry.
+    assert engine.materialise() == 1
+    assert redis_client.zscore(index_key(), index.member(alpha.id, job.id)) is None
     assert engine.materialise() == 0
     assert _statuses(runs_of(alpha)) == [("12:01", "skipped", "paused")]
 

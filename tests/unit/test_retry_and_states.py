@@ -34,7 +34,12 @@ def test_huge_exponents_do_not_overflow():
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [("queued", "running"), ("running", "retrying"), ("dead", "retrying"), ("scheduled", "skipped")],
+    [
+        ("queued", "running"),
+        ("running", "retrying"),
+        ("dead", "retrying"),
+        ("scheduled", "skipped"),
+    ],
 )
 def test_allowed_transitions(a, b):
     states.check_transition(a, b)
@@ -61,4 +66,4 @@ def test_conditional_update_sources_follow_the_table():
     assert set(states.ADMITTABLE) == {"scheduled", "retrying"}
     assert set(states.CANCELLABLE) == {"scheduled", "queued", "running", "retrying"}
     assert states.REPLAYABLE == ("dead",)
-    assert states.TERMINAL == {"succeeded", "dead", "skipped", "cancelled"}
+    assert {"succeeded", "dead", "skipped", "cancelled"} == states.TERMINAL

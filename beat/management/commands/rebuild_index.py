@@ -1,15 +1,42 @@
+import time
+import uuid
+
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from beat.rebuild import rebuild_index
+from beat.fenced import FencedRedis
+from beat.pending import PendingRuns
+from beat.rebuild import IndexRebuild
+from core import index
+from core.keys import rebuild_state_key
 from core.redis import get_redis
 
 
 class Command(BaseCommand):
-    help = "Rebuild the Redis time indexes from PostgreSQL (safe while schedulers run)."
+    help = (
+        "Rebuild the Redis time indexes from PostgreSQL and drop stale members. Safe while "
+        "schedulers run: it only adds or lowers scores, and removes a member only if its job "
+        "is gone or unschedulable."
+    )
 
     def handle(self, *args, **opts) -> None:
-        result = rebuild_index(get_redis())
+        client = get_redis()
+        lost = not index.is_built(client)
+        rebuild = IndexRebuild(
+            client,
+            FencedRedis(client, lock_key="", token=None),
+            state_key=f"{rebuild_state_key()}:command:{uuid.uuid4().hex}",
+            messages=PendingRuns(
+                shard_count=settings.SCHEDULER_SHARD_COUNT, origin="rebuild_index"
+            ),
+        )
+        started = time.monotonic()
+        rebuild.start(lost=lost, prune=True)
+        progress = rebuild.run_to_end()
+        tenants = len(rebuild.tenants.all())
         self.stdout.write(
-            f"indexed {result.jobs} jobs and {result.runs} waiting runs "
-            f"of {result.tenants} tenants in {result.seconds:.2f}s"
+            f"indexed {progress.jobs} jobs and {progress.runs} waiting runs of {tenants} "
+            f"tenants, removed {progress.pruned} stale members"
+            + (f", published {progress.republished} queued runs again" if lost else "")
+            + f" in {time.monotonic() - started:.2f}s"
         )

@@ -17,7 +17,7 @@ from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMP
 from runs import states
 from scheduler_site.api.fields import StrictSerializer
 
-STATES = ("active", "paused")
+STATES = ("active", "paused", "parked")
 
 
 def _bounds(name: str) -> dict[str, int]:
@@ -117,6 +117,20 @@ class LastRunSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(source="last_run_finished_at", allow_null=True)
 
 
+class FaultSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(
+        choices=["invalid_timezone", "invalid_schedule", "invalid_data"], source="fault_code"
+    )
+    detail = serializers.CharField(source="fault_detail")
+    at = serializers.DateTimeField(source="faulted_at")
+
+
+@extend_schema_field(FaultSerializer(allow_null=True))
+class FaultField(serializers.Field):
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        return FaultSerializer(job).data if job.fault_code else None
+
+
 @extend_schema_field(LastRunSerializer(allow_null=True))
 class LastRunField(serializers.Field):
     def to_representation(self, job: Job) -> dict[str, Any] | None:
@@ -145,8 +159,17 @@ class JobSerializer(serializers.Serializer):
     dst_gap = serializers.ChoiceField(choices=["shift", "skip"])
     dst_repeat = serializers.ChoiceField(choices=["first", "last", "both"])
     depends_on = serializers.SerializerMethodField()
-    state = serializers.ChoiceField(choices=STATES)
+    state = serializers.ChoiceField(
+        choices=STATES,
+        help_text="`parked`: the scheduler could not plan the job's stored schedule (see "
+        "`fault`); an edit or a resume clears it.",
+    )
     paused_reason = serializers.CharField()
+    fault = FaultField(
+        source="*",
+        allow_null=True,
+        help_text="Why the scheduler parked the job (null unless `state` is `parked`).",
+    )
     next_run_at = serializers.DateTimeField(allow_null=True)
     last_run = LastRunField(source="*", allow_null=True, help_text="The latest run due by now.")
     created_at = serializers.DateTimeField()

@@ -1,0 +1,133 @@
+"""The leader's Redis writes, each checked inside Redis against the leader's lock token.
+
+A leader frozen (SIGSTOP, a long GC, a partition) past its lease wakes up believing it
+still leads; PostgreSQL fences its transactions by epoch, and this module fences its
+Redis writes the same way: every script first compares `lock:<name>` with the token this
+leader took it with, and writes nothing (returning -1, raised here as `LeaseLost`) when
+another process holds the lease or nobody does.
+
+Jobs index writes follow the rule of `core/index.py`: the leader moves a score later, or
+removes a member, only if the score is still the one it read (compare-and-set), so it
+never undoes an edit written meanwhile; it adds or lowers scores like everyone else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.keys import index_key, runs_index_key
+
+from .lease import LeaseLost
+
+# KEYS[1] lock, KEYS[2] zset; ARGV[1] token; then (member, expected, new) triples where
+# '' means "absent" (expected) or "remove" (new). Returns 1/0 per triple (applied or not).
+_CAS = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local applied = {}
+for i = 2, #ARGV, 3 do
+  local m, expected, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local current = redis.call('ZSCORE', KEYS[2], m)
+  local ok
+  if expected == '' then ok = (current == false)
+  else ok = (current ~= false and tonumber(current) == tonumber(expected)) end
+  if ok then
+    if new == '' then redis.call('ZREM', KEYS[2], m) else redis.call('ZADD', KEYS[2], new, m) end
+    applied[#applied + 1] = 1
+  else
+    applied[#applied + 1] = 0
+  end
+end
+return applied
+"""
+
+# KEYS[1] lock, KEYS[2] the key; ARGV[1] token, ARGV[2] the command, then its arguments.
+_FENCED = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local command = ARGV[2]
+if command ~= 'LPUSH' and command ~= 'ZREM' and command ~= 'ZADDLT' then
+  return redis.error_reply('command not allowed: ' .. command)
+end
+if command == 'ZADDLT' then return redis.call('ZADD', KEYS[2], 'LT', unpack(ARGV, 3)) end
+return redis.call(command, KEYS[2], unpack(ARGV, 3))
+"""
+
+CHUNK = 3000  # arguments per script call, well under Lua's unpack limit (~8000)
+
+
+@dataclass(frozen=True)
+class Cas:
+    """Move `member` from score `expected` (None: absent) to `new` (None: remove)."""
+
+    member: str
+    expected: float | None
+    new: float | None
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+class FencedRedis:
+    """The leader's writes. `token` None: unfenced (benchmarks that drive an engine
+    without a lease)."""
+
+    def __init__(self, client, lock_key: str, token: str | None) -> None:
+        self.client = client
+        self.lock_key = lock_key
+        self.token = token or ""
+        self._cas = client.register_script(_CAS)
+        self._fenced = client.register_script(_FENCED)
+
+    def _check(self, result) -> None:
+        if result == -1:
+            raise LeaseLost("another process holds the lease: this leader's write was refused")
+
+    def cas_jobs(self, changes: list[Cas]) -> list[bool]:
+        """Apply each change only where the member still has its expected score."""
+        applied: list[bool] = []
+        for start in range(0, len(changes), CHUNK):
+            args: list[str] = [self.token]
+            for change in changes[start : start + CHUNK]:
+                args += [change.member, _num(change.expected), _num(change.new)]
+            result = self._cas(keys=[self.lock_key, index_key()], args=args)
+            self._check(result)
+            applied += [bool(flag) for flag in result]
+        return applied
+
+    def lower_jobs(self, scores: dict[str, float]) -> None:
+        """Add or lower (never raise) job scores: the sweeps' repair write."""
+        items = list(scores.items())
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(items), CHUNK // 2):
+            args = [self.token, "ZADDLT"]
+            for name, score in items[start : start + CHUNK // 2]:
+                args += [repr(float(score)), name]
+            self._fenced(keys=[self.lock_key, index_key()], args=args, client=pipe)
+        for result in pipe.execute():
+            self._check(result)
+
+    def remove_runs(self, members: list[str]) -> None:
+        self._command(runs_index_key(), "ZREM", members)
+
+    def push_messages(self, messages: list[tuple[str, bytes]]) -> None:
+        """LPUSH pre-built messages to their queues, in one pipeline of fenced scripts."""
+        by_queue: dict[str, list[bytes]] = {}
+        for queue, message in messages:
+            by_queue.setdefault(queue, []).append(message)
+        pipe = self.client.pipeline(transaction=False)
+        for queue, batch in by_queue.items():
+            for start in range(0, len(batch), CHUNK):
+                args = [self.token, "LPUSH", *batch[start : start + CHUNK]]
+                self._fenced(keys=[self.lock_key, queue], args=args, client=pipe)
+        for result in pipe.execute():
+            self._check(result)
+
+    def _command(self, key: str, command: str, values: list) -> None:
+        if not values:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(values), CHUNK):
+            args = [self.token, command, *values[start : start + CHUNK]]
+            self._fenced(keys=[self.lock_key, key], args=args, client=pipe)
+        for result in pipe.execute():
+            self._check(result)

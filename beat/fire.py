@@ -1,0 +1,225 @@
+"""Fire: admit and publish every run whose instant has come.
+
+Runs go in chunks of `fire_chunk`, oldest first, each chunk in ONE fenced transaction
+across schemas: one commit per chunk rather than one per tenant, and the first chunk is out
+before the last one is even looked at. The chunk's messages are pushed (fenced by the
+lease token) inside the transaction: if the commit is lost the runs stay waiting, workers
+may still claim them, and the relay publishes the rest again (a duplicate message claims
+nothing: invariant 4).
+
+Admission per schema: on-time runs of active `allow` jobs move to `queued` in one
+statement (`store.queue_unconstrained`); the rest go through the full decision: a deleted
+job's runs are cancelled, a paused job's slots skipped (`paused`), schedule runs later than
+the job's misfire grace follow its misfire policy (`beat/planning.py`), and the concurrency
+policy (`beat/admission.py`) queues, holds, skips or replaces. Each queued run's message is
+built again if an edit changed its job's priority or timeout since it was prepared.
+
+If a statement fails for one tenant (its schema dropped, say), the chunk is done again
+with every schema in its own savepoint: the failing tenant's runs wait for its back-off,
+every other tenant's are published.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import connection, transaction
+
+from runs import states
+
+from . import store
+from .admission import DueRun, JobLimits, admit
+from .faults import isolated, must_step_down
+from .pending import Pending
+from .planning import DueSlotRun, MisfireRules, misfire_at_admission
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass
+class FireStats:
+    published: int = 0
+    skipped: int = 0
+    held: int = 0
+    cancelled: int = 0
+    deferred: int = 0  # runs of a failing tenant, back in memory until its back-off ends
+    lags: list[float] = field(default_factory=list)  # publish time - due time, seconds
+
+
+@dataclass
+class Admitted:
+    """One schema's admission, applied to memory only after the chunk commits."""
+
+    queued: list[Pending] = field(default_factory=list)
+    held: list[Pending] = field(default_factory=list)
+    skipped: int = 0
+    cancelled: int = 0
+    ended_jobs: set[int] = field(default_factory=set)  # jobs whose active runs were cancelled
+
+
+def fire(engine: Engine) -> FireStats:
+    now = engine.clock.now()
+    stats = FireStats()
+    due = engine.runs.pop_due(now.timestamp())
+    for start in range(0, len(due), engine.config.fire_chunk):
+        engine.checkpoint()
+        _fire_chunk(engine, due[start : start + engine.config.fire_chunk], now, stats)
+    engine.last_fire = stats
+    if engine.lag_log is not None:
+        engine.lag_log.extend(stats.lags)
+    return stats
+
+
+def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireStats) -> None:
+    by_tenant: dict[tuple[int, str], list[Pending]] = defaultdict(list)
+    for entry in due:
+        if engine.faults.allowed(entry.tenant_id):
+            by_tenant[(entry.tenant_id, entry.schema)].append(entry)
+        else:
+            engine.defer_runs([entry])
+            stats.deferred += 1
+    try:
+        admitted = _admit_all(engine, by_tenant, now, isolate=False)
+    except Exception as exc:
+        if must_step_down(exc):
+            raise
+        admitted = _admit_all(engine, by_tenant, now, isolate=True)
+    published_at = engine.clock.now().timestamp()
+    for key, entries in by_tenant.items():
+        result = admitted.get(key)
+        if result is None:  # the tenant failed: its runs wait for its back-off
+            engine.defer_runs(entries)
+            stats.deferred += len(entries)
+            continue
+        _apply(engine, entries, result, published_at, stats)
+
+
+def _admit_all(
+    engine: Engine, by_tenant: dict[tuple[int, str], list[Pending]], now: datetime, *, isolate: bool
+) -> dict[tuple[int, str], Admitted]:
+    admitted: dict[tuple[int, str], Admitted] = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        store.fence(cursor, engine.epoch)
+        for (tenant_id, schema), entries in by_tenant.items():
+            if isolate:
+                ran, result = isolated(
+                    engine.faults,
+                    tenant_id,
+                    schema,
+                    lambda s=schema, e=entries: _admit_schema(engine, cursor, s, e, now),
+                )
+                if ran:
+                    admitted[(tenant_id, schema)] = result
+            else:
+                admitted[(tenant_id, schema)] = _admit_schema(engine, cursor, schema, entries, now)
+        engine.writes.push_messages(
+            [(e.queue, e.message) for result in admitted.values() for e in result.queued]
+        )
+    return admitted
+
+
+def _apply(
+    engine: Engine, entries: list[Pending], result: Admitted, published_at: float, stats: FireStats
+) -> None:
+    stats.published += len(result.queued)
+    stats.lags.extend(published_at - e.due for e in result.queued)
+    stats.skipped += result.skipped
+    stats.cancelled += result.cancelled
+    stats.held += len(result.held)
+    for entry in result.held:
+        engine.runs.hold(entry)
+    held_ids = {e.run_id for e in result.held}
+    engine.runs.forget(e.run_id for e in entries if e.run_id not in held_ids)
+    for job_id in result.ended_jobs:
+        engine.runs.release(entries[0].tenant_id, job_id)
+
+
+def _admit_schema(
+    engine: Engine, cursor, schema: str, entries: list[Pending], now: datetime
+) -> Admitted:
+    result = Admitted()
+    fast = store.queue_unconstrained(cursor, schema, [e.run_id for e in entries], now)
+    by_id = {e.run_id: e for e in entries}
+    result.queued = [
+        engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in fast
+    ]
+    moved = {q.run_id for q in fast}
+    rest = [e for e in entries if e.run_id not in moved]
+    if rest:
+        _admit_the_rest(engine, cursor, schema, rest, now, result)
+    return result
+
+
+def _admit_the_rest(
+    engine: Engine, cursor, schema: str, rest: list[Pending], now: datetime, result: Admitted
+) -> None:
+    by_id = {e.run_id: e for e in rest}
+    jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in rest}))
+    gone, paused, live = _split_by_job_state(rest, jobs)
+    result.skipped += store.mark_skipped(cursor, schema, paused, states.SKIP_PAUSED, now)
+    result.cancelled += store.cancel_runs(cursor, schema, gone, "job deleted", now)
+    live, late = _apply_misfire(live, jobs, now, engine.config.misfire_max_runs)
+    result.skipped += store.mark_skipped(cursor, schema, late, states.SKIP_MISFIRE, now)
+    decision = admit(
+        [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
+        {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
+    )
+    result.cancelled += store.cancel_active_runs_of_jobs(
+        cursor, schema, decision.replace_jobs, "replaced by a newer run", now
+    )
+    result.ended_jobs.update(decision.replace_jobs)
+    result.cancelled += store.cancel_runs(
+        cursor, schema, decision.supersede, "superseded by a newer run", now
+    )
+    result.skipped += store.mark_skipped(
+        cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
+    )
+    moved = store.mark_queued(cursor, schema, decision.queue)
+    for run_id in decision.queue:
+        if run_id in moved:
+            entry, job = by_id[run_id], jobs[by_id[run_id].job_id]
+            result.queued.append(engine.runs.rebuilt(entry, job.priority, job.timeout_seconds))
+    result.held += [by_id[run_id] for run_id in decision.hold]
+
+
+def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissionRow]):
+    gone, paused, live = [], [], []
+    for entry in entries:
+        job = jobs.get(entry.job_id)
+        if job is None or job.deleted:
+            gone.append(entry.run_id)
+        elif job.paused and entry.trigger == "schedule" and entry.attempt == 1:
+            paused.append(entry.run_id)
+        else:
+            live.append(entry)
+    return gone, paused, live
+
+
+def _apply_misfire(
+    live: list[Pending], jobs: dict[int, store.JobAdmissionRow], now: datetime, max_runs: int
+) -> tuple[list[Pending], list]:
+    """First attempts of schedule runs go through their job's misfire policy."""
+    slot_runs: dict[int, list[Pending]] = defaultdict(list)
+    others: list[Pending] = []
+    for entry in live:
+        if entry.trigger == "schedule" and entry.attempt == 1:
+            slot_runs[entry.job_id].append(entry)
+        else:
+            others.append(entry)
+    kept, late = list(others), []
+    for job_id, entries in slot_runs.items():
+        job = jobs[job_id]
+        rules = MisfireRules(job.misfire_policy, job.misfire_grace_seconds, max_runs, 0)
+        by_id = {e.run_id: e for e in entries}
+        admit_ids, skip_ids = misfire_at_admission(
+            [DueSlotRun(e.run_id, datetime.fromtimestamp(e.due, now.tzinfo)) for e in entries],
+            rules=rules,
+            now=now,
+        )
+        kept += [by_id[i] for i in admit_ids]
+        late += skip_ids
+    return kept, late

@@ -1,0 +1,193 @@
+"""Materialise: turn the due head of the jobs index into runs.
+
+`ZRANGEBYSCORE` reads only jobs due before now + lookahead (O(log n + due)); per tenant, one
+fenced transaction locks those jobs (skipping any an edit holds), plans their slots
+(`beat/planning.py`), inserts the runs with ON CONFLICT DO NOTHING (invariant 1) and
+advances `next_run_at`. After the commit the index scores move on by compare-and-set
+(`beat/fenced.py`), and the inserted runs wait in memory with their messages built.
+
+A job whose stored fields cannot be planned is parked (`beat/faults.py`) in the same
+transaction; a tenant whose transaction fails is skipped with a back-off, its index
+entries moved out of the way so that they do not hide other tenants' due jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import connection
+
+from core import index
+from core.keys import index_key
+from jobs.schedule_fields import schedule_of
+from runs import states
+from runs.ids import uuid7
+
+from . import store
+from .faults import JOB_DATA_ERRORS, isolated, job_fault_code
+from .fenced import Cas
+from .planning import MisfireRules, plan_job
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("beat.materialise")
+
+
+@dataclass
+class TenantPass:
+    """What one tenant's materialise transaction did, applied once it committed."""
+
+    jobs: dict[int, store.JobRow] = field(default_factory=dict)  # locked rows, as planned
+    busy: set[int] = field(default_factory=set)  # locked by an edit: next iteration
+    inserted: list[store.RunRef] = field(default_factory=list)
+    parked: dict[int, tuple[str, str]] = field(default_factory=dict)  # id -> (code, detail)
+
+
+def materialise(engine: Engine) -> int:
+    """Returns how many index entries it processed."""
+    now = engine.clock.now()
+    horizon = now + timedelta(seconds=engine.config.lookahead_seconds)
+    entries = index.due(
+        engine.client, index_key(), horizon.timestamp(), engine.config.materialise_batch
+    )
+    by_tenant: dict[int, dict[int, float]] = defaultdict(dict)
+    for tenant_id, job_id, score in entries:
+        by_tenant[tenant_id][int(job_id)] = score
+    processed = 0
+    engine.materialise_interrupted = False
+    for tenant_id, scores in by_tenant.items():
+        engine.checkpoint()
+        _materialise_tenant(engine, tenant_id, scores, now, horizon)
+        processed += len(scores)
+        if processed < len(entries) and engine.fire_is_due():
+            engine.materialise_interrupted = True  # firing on time comes first
+            break
+    return processed
+
+
+def _materialise_tenant(
+    engine: Engine, tenant_id: int, scores: dict[int, float], now: datetime, horizon: datetime
+) -> None:
+    schema = engine.tenants.schema(tenant_id)
+    if schema is None:  # the tenant is gone
+        engine.writes.cas_jobs(
+            [Cas(index.member(tenant_id, j), s, None) for j, s in scores.items()]
+        )
+        return
+
+    def work() -> TenantPass:
+        with connection.cursor() as cursor:
+            store.fence(cursor, engine.epoch)
+            return _plan_and_write(engine, cursor, schema, list(scores), now, horizon)
+
+    ran, result = isolated(engine.faults, tenant_id, schema, work)
+    if not ran:
+        engine.defer_jobs(tenant_id, scores)
+        return
+    _after_commit(engine, tenant_id, schema, scores, result)
+
+
+def _plan_and_write(
+    engine: Engine, cursor, schema: str, job_ids: list[int], now: datetime, horizon: datetime
+) -> TenantPass:
+    rows, busy = store.lock_jobs(cursor, schema, job_ids)
+    result = TenantPass(jobs={row.id: row for row in rows}, busy=busy)
+    runs: list[tuple] = []
+    cursors: list[tuple[int, datetime | None]] = []
+    for job in rows:
+        if not job.schedulable or job.next_run_at > horizon:
+            continue
+        try:
+            planned = _plan_one(engine, job, now, horizon)
+        except JOB_DATA_ERRORS as exc:
+            job.fault_code = job_fault_code(exc)
+            result.parked[job.id] = (job.fault_code, str(exc)[:500])
+            continue
+        runs += planned
+        cursors.append((job.id, job.next_run_at))
+    inserted = set(store.insert_scheduled_runs(cursor, schema, runs))
+    store.advance_jobs(cursor, schema, cursors)
+    store.park_jobs(cursor, schema, [(i, c, d) for i, (c, d) in result.parked.items()])
+    for run_id, job_id, slot, due, status, _reason in runs:
+        if run_id in inserted and status == states.SCHEDULED:
+            job = result.jobs[job_id]
+            result.inserted.append(
+                store.RunRef(
+                    run_id, job_id, slot, due, 1, job.priority, "schedule", job.timeout_seconds
+                )
+            )
+    return result
+
+
+def _plan_one(engine: Engine, job: store.JobRow, now: datetime, horizon: datetime) -> list[tuple]:
+    """The job's run rows up to the horizon; moves `job.next_run_at` to its new cursor."""
+    schedule = schedule_of(job)
+    if schedule is None:
+        raise ValueError(f"schedule kind {job.schedule_kind!r} without its fields")
+    plan = plan_job(
+        schedule=schedule,
+        next_run_at=job.next_run_at,
+        now=now,
+        horizon=horizon,
+        rules=MisfireRules(
+            policy=job.misfire_policy,
+            grace_seconds=job.misfire_grace_seconds,
+            max_catchup_runs=engine.config.misfire_max_runs,
+            max_age_seconds=engine.config.misfire_max_age_seconds,
+        ),
+        seed=job.hash_seed,
+        jitter_seconds=job.jitter_seconds,
+        paused_window=_paused_window(job),
+    )
+    if plan.dropped or plan.truncated_before:
+        log.warning(
+            "job %s: %s missed slots not recorded (before %s)",
+            job.id,
+            plan.dropped,
+            plan.truncated_before,
+        )
+    job.next_run_at = plan.next_run_at
+    return [
+        (uuid7(), job.id, run.scheduled_for, run.due_at, run.status, run.skip_reason)
+        for run in plan.runs
+    ]
+
+
+def _paused_window(job: store.JobRow) -> tuple[datetime, datetime] | None:
+    if job.paused_at and job.resumed_at and job.resumed_at > job.paused_at:
+        return (job.paused_at, job.resumed_at)
+    return None
+
+
+def _after_commit(
+    engine: Engine, tenant_id: int, schema: str, scores: dict[int, float], result: TenantPass
+) -> None:
+    """Move each processed job's index entry to what its row now says, by compare-and-set
+    against the score read (an edit written meanwhile wins); remember the new runs."""
+    changes = []
+    for job_id, score in scores.items():
+        if job_id in result.busy:
+            continue  # an edit holds it: looked at again next iteration
+        job = result.jobs.get(job_id)
+        member = index.member(tenant_id, job_id)
+        if job is not None and job.schedulable and job.next_run_at is not None:
+            changes.append(Cas(member, score, job.next_run_at.timestamp()))
+        else:
+            changes.append(Cas(member, score, None))
+    applied = engine.writes.cas_jobs(changes)
+    really_removed = [
+        change.member
+        for change, ok in zip(changes, applied, strict=True)
+        if ok and change.new is None
+    ]
+    if really_removed:
+        engine.verify_removed(tenant_id, schema, [int(m.split(":")[1]) for m in really_removed])
+    for job_id, (code, detail) in result.parked.items():
+        log.warning("job %s of %s parked (%s): %s", job_id, schema, code, detail)
+    for ref in result.inserted:
+        engine.runs.remember(engine.runs.build(tenant_id, schema, ref))

@@ -1,0 +1,35 @@
+"""The leader's PostgreSQL session: tighter bounds than the fleet's defaults.
+
+Set on every connection the leader uses (after a reconnect too): a lock it waits for, one
+statement, and above all `idle_in_transaction_session_timeout`, so that a leader frozen
+inside a fenced transaction (SIGSTOP, a VM pause) has that transaction ended by PostgreSQL
+itself and cannot hold up the next leader's epoch bump.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from django.conf import settings
+from django.db import connection
+
+_configured: weakref.WeakSet = weakref.WeakSet()  # raw connections already set up
+
+
+def bounded_leader_session() -> None:
+    """Apply the leader's timeouts to the current connection, once per connection."""
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw in _configured:
+        return
+    values = {
+        "lock_timeout": settings.SCHEDULER_DB_LOCK_TIMEOUT_SECONDS,
+        "statement_timeout": settings.SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS,
+        "idle_in_transaction_session_timeout": (
+            settings.SCHEDULER_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
+        ),
+    }
+    with connection.cursor() as cursor:
+        for name, seconds in values.items():
+            cursor.execute("SELECT set_config(%s, %s, false)", [name, f"{seconds * 1000:.0f}"])
+    _configured.add(raw)

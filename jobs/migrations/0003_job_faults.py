@@ -4,33 +4,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0002_job_index_dirty'),
+        ("jobs", "0002_job_index_dirty"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='job',
-            name='job_schedulable_idx',
+            model_name="job",
+            name="job_schedulable_idx",
         ),
         migrations.AddField(
-            model_name='job',
-            name='fault_code',
-            field=models.CharField(blank=True, db_default='', default='', max_length=32),
+            model_name="job",
+            name="fault_code",
+            field=models.CharField(blank=True, db_default="", default="", max_length=32),
         ),
         migrations.AddField(
-            model_name='job',
-            name='fault_detail',
-            field=models.TextField(blank=True, db_default='', default=''),
+            model_name="job",
+            name="fault_detail",
+            field=models.TextField(blank=True, db_default="", default=""),
         ),
         migrations.AddField(
-            model_name='job',
-            name='faulted_at',
+            model_name="job",
+            name="faulted_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(condition=models.Q(('deleted_at__isnull', True), ('fault_code', ''), ('next_run_at__isnull', False), ('paused', False)), fields=['next_run_at'], name='job_schedulable_idx'),
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(
+                    ("deleted_at__isnull", True),
+                    ("fault_code", ""),
+                    ("next_run_at__isnull", False),
+                    ("paused", False),
+                ),
+                fields=["next_run_at"],
+                name="job_schedulable_idx",
+            ),
         ),
     ]

@@ -34,6 +34,7 @@ SCHEDULE_FIELDS = (
     "anchor_at",
     "dst_gap",
     "dst_repeat",
+    "jitter_seconds",  # the due time of every slot
 )
 
 

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from core.clock import Clock
 from jobs.models import AuditEvent, Job
 from jobs.schedule_fields import schedule_of
-from jobs.schedules import iter_slots
+from jobs.schedules import iter_slots, jitter_seconds_for
 from jobs.services import Actor, JobNotFound
 from jobs.validation import Errors, JobValidationError, validate_payload
 from tenants.models import Tenant
@@ -21,6 +21,7 @@ from tenants.models import Tenant
 from . import states
 from .models import Attempt, Run
 from .notify import enqueue_runs_on_commit
+from .slot_changes import SlotRun, runs_to_remove
 
 
 class RunNotFound(Exception):
@@ -167,13 +168,47 @@ def job_backfill(
 
 
 def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
-    """Runs materialised for the old schedule must not fire."""
-    return Run.objects.filter(job=job, trigger="schedule", status=states.SCHEDULED).update(
-        status=states.CANCELLED, error="schedule changed", finished_at=now
+    """After a schedule edit, keep exactly the prepared runs of slots after `now` that the
+    new schedule produces too, and remove the others (`runs/slot_changes.py`); the leader
+    then materialises the new schedule's slots from the recomputed `next_run_at`, and the
+    kept runs block nothing. Runs already due are left alone: they belong to before the
+    edit. Returns how many runs were removed."""
+    prepared = {
+        run.id: SlotRun(run.scheduled_for, run.status, run.skip_reason, run.due_at)
+        for run in Run.objects.select_for_update().filter(
+            job=job,
+            trigger=Run.Trigger.SCHEDULE,
+            scheduled_for__gt=now,
+            status__in=(states.SCHEDULED, states.SKIPPED),
+        )
+    }
+    if not prepared:
+        return 0
+    gone = runs_to_remove(
+        prepared, _slot_runs(job, now, max(r.scheduled_for for r in prepared.values()))
     )
+    Run.objects.filter(id__in=gone).delete()
+    return len(gone)
+
+
+def _slot_runs(job: Job, after: datetime, until: datetime) -> list[SlotRun]:
+    schedule = schedule_of(job)
+    if schedule is None or job.paused or job.fault_code:
+        return []
+    wanted = []
+    for slot in iter_slots(schedule, after, until):
+        if slot.skip_reason:
+            wanted.append(SlotRun(slot.at, states.SKIPPED, slot.skip_reason, slot.at))
+        else:
+            delay = jitter_seconds_for(job.hash_seed, slot.at, job.jitter_seconds)
+            wanted.append(
+                SlotRun(slot.at, states.SCHEDULED, "", slot.at + timedelta(seconds=delay))
+            )
+    return wanted
 
 
 def runs_cancel_for_deleted_job(*, job: Job, now: datetime) -> int:
+    """A deleted job's runs waiting for admission are cancelled (running ones finish)."""
     return Run.objects.filter(job=job, status__in=states.WAITING).update(
         status=states.CANCELLED, error="job deleted", finished_at=now
     )

@@ -4,7 +4,6 @@ real database and Redis."""
 from __future__ import annotations
 
 from collections import Counter
-from datetime import timedelta
 
 from django_tenants.utils import schema_context
 
@@ -167,29 +166,6 @@ def test_dst_shift_policy_fires_at_the_end_of_the_gap(live, redis_client):
     assert engine.fire().published == 1
     [run] = runs_of(alpha)
     assert run.scheduled_for == utc(2026, 3, 29, 1, 0)  # 03:00 CEST
-
-
-def test_schedule_change_cancels_runs_materialised_for_the_old_schedule(live, redis_client):
-    from jobs.services import job_update
-
-    alpha = live["alpha"].tenant
-    clock = FakeClock(START)
-    job = make_job(alpha, clock, schedule={"interval_seconds": 5})
-    engine = new_engine(redis_client, clock)
-    engine.materialise()
-    assert len(runs_of(alpha, status="scheduled")) == 6
-    with schema_context(alpha.schema_name):
-        job_update(
-            tenant=alpha,
-            actor=ACTOR,
-            job_id=job.id,
-            data={"schedule": {"cron": "0 0 * * *"}},
-            clock=clock,
-        )
-    clock.advance(30)
-    assert engine.fire().published == 0
-    assert {r.status for r in runs_of(alpha)} == {"cancelled"}
-    assert timedelta(0) < job.next_run_at - START
 
 
 def test_dependency_only_job_with_a_dst_policy_is_created_without_schedule(live, redis_client):

@@ -20,6 +20,7 @@ PURE_MODULES = (
     "runs.retry",
     "runs.outcomes",
     "runs.states",
+    "runs.slot_changes",
     "core.clock",
 )
 

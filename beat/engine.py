@@ -223,10 +223,11 @@ class Engine:
 
     # --- fault isolation -------------------------------------------------------------------
     def defer_jobs(self, tenant_id: int, scores: dict[int, float]) -> None:
-        """A failing tenant's due index entries move to the end of its back-off, so that they
-        do not stay at the head of the index hiding other tenants' due jobs."""
-        fault = self.faults.faults.get(tenant_id)
-        wait = max(fault.retry_at - time.monotonic(), 1.0) if fault else 1.0
+        """A failing tenant's due index entries move past the lookahead window (or to the end
+        of its back-off, if later), so that they do not stay at the head of the index and
+        fill every batch, hiding other tenants' due jobs. Its slots then fire late, and its
+        jobs' misfire policies decide."""
+        wait = max(self.faults.remaining(tenant_id), self.config.lookahead_seconds + 1)
         later = self.clock.now().timestamp() + wait
         self.writes.cas_jobs(
             [Cas(index.member(tenant_id, j), s, max(s, later)) for j, s in scores.items()]
@@ -235,8 +236,7 @@ class Engine:
     def defer_runs(self, entries: list[Pending]) -> None:
         if not entries:
             return
-        fault = self.faults.faults.get(entries[0].tenant_id)
-        wait = max(fault.retry_at - time.monotonic(), 1.0) if fault else 1.0
+        wait = max(self.faults.remaining(entries[0].tenant_id), 1.0)
         self.runs.requeue(entries, not_before=self.clock.now().timestamp() + wait)
 
     def publish_faults(self) -> None:

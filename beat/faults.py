@@ -96,6 +96,11 @@ class TenantFaults:
         )
         return backoff
 
+    def remaining(self, tenant_id: int) -> float:
+        """Seconds until the tenant's back-off ends (0 when it has none)."""
+        fault = self.faults.get(tenant_id)
+        return max(fault.retry_at - self._now(), 0.0) if fault else 0.0
+
     def succeeded(self, tenant_id: int) -> None:
         if self.faults.pop(tenant_id, None) is not None:
             log.info("tenant %s works again", tenant_id)

@@ -95,6 +95,7 @@ def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireSt
             engine.defer_runs(entries)
             stats.deferred += len(entries)
             continue
+        engine.faults.succeeded(key[0])
         _apply(engine, entries, result, published_at, stats)
 
 

@@ -58,10 +58,15 @@ def enqueue_runs_on_commit(tenant_id: int, runs: list) -> None:
     transaction.on_commit(lambda: best_effort(push))
 
 
-def notify_finished(claimed) -> None:
-    """A `queue`-policy job's held runs may go now. Best effort: if Redis does not answer,
-    the leader's relay picks the held runs up within its sweep interval."""
-    if claimed.concurrency_policy == "queue":
-        tenant_id = tenant_id_for(claimed.schema)
+def notify_run_ended(schema: str, job_id: int, concurrency_policy: str) -> None:
+    """An active run of a `queue`-policy job ended (finished, dead, cancelled): the leader
+    admits its held runs now. Best effort: if Redis does not answer, the leader's relay
+    admits held runs again within its sweep interval."""
+    if concurrency_policy == "queue":
+        tenant_id = tenant_id_for(schema)
         with contextlib.suppress(redis.RedisError):
-            index.wake(get_redis(), f"release:{tenant_id}:{claimed.job_id}")
+            index.wake(get_redis(), f"release:{tenant_id}:{job_id}")
+
+
+def notify_finished(claimed) -> None:
+    notify_run_ended(claimed.schema, claimed.job_id, claimed.concurrency_policy)

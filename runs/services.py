@@ -20,7 +20,7 @@ from tenants.models import Tenant
 
 from . import states
 from .models import Attempt, Run
-from .notify import enqueue_runs_on_commit
+from .notify import enqueue_runs_on_commit, notify_run_ended
 from .slot_changes import SlotRun, runs_to_remove
 
 
@@ -72,6 +72,14 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
                 },
             )
         _audit(actor, "cancel", run, {"from": previous})
+        if previous in states.ACTIVE:
+            policy = (
+                Job.objects.filter(id=run.job_id)
+                .values_list("concurrency_policy", flat=True)
+                .first()
+            )
+            schema, job_id = tenant.schema_name, run.job_id
+            transaction.on_commit(lambda: notify_run_ended(schema, job_id, policy or ""))
     return run
 
 

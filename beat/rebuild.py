@@ -95,9 +95,9 @@ class IndexRebuild:
             "; Redis lost its data" if lost else "",
         )
 
-    def _phases(self) -> list[str]:
+    def _phases(self) -> list[str] | None:
         raw = self.client.hget(self.key, "phases")
-        return json.loads(raw) if raw else []
+        return json.loads(raw) if raw else None
 
     def _cursor(self, name: str):
         raw = self.client.hget(self.key, name)
@@ -108,15 +108,19 @@ class IndexRebuild:
 
     # --- stepping ------------------------------------------------------------------------
     def step(self, deadline: float) -> bool:
-        while time.monotonic() < deadline:
+        """At least one page, then more until `deadline` (time.monotonic()) passes."""
+        while True:
             phases = self._phases()
+            if phases is None:  # the state vanished with Redis's data: begin again
+                self.start(lost=True, prune=False)
+                continue
             if not phases:
                 return self._finish()
-            phase = phases[0]
-            if self._page(phase):  # the phase is complete
+            if self._page(phases[0], deadline):  # the phase is complete
                 self.client.hset(self.key, "phases", json.dumps(phases[1:]))
             self.checkpoint()
-        return False
+            if time.monotonic() >= deadline:
+                return False
 
     def run_to_end(self, step_seconds: float = 0.5) -> Progress:
         while not self.step(time.monotonic() + step_seconds):
@@ -139,22 +143,26 @@ class IndexRebuild:
         )
         return True
 
-    def _page(self, phase: str) -> bool:
-        """One page of the phase (one page per tenant for the per-tenant phases); True
-        when the phase has nothing left."""
+    def _page(self, phase: str, deadline: float) -> bool:
+        """A page of the phase: for the per-tenant phases, one page of each tenant in turn
+        until the deadline (at least one); True when the phase has nothing left."""
         if phase == "prune":
             return self._prune_page()
         todo = self._cursor(f"{phase}:todo")
         if todo is None:
             todo = [tenant_id for tenant_id, _ in self.tenants.all()]
-        remaining = []
-        for tenant_id in todo:
+        visited: list[int] = []
+        while todo:
+            tenant_id = todo.pop(0)
             schema = self.tenants.schema(tenant_id)
             if schema is not None and not self._tenant_page(phase, tenant_id, schema):
-                remaining.append(tenant_id)
+                visited.append(tenant_id)  # more pages to come: round-robin
             self.checkpoint()
-        self._set_cursor(f"{phase}:todo", remaining)
-        return not remaining
+            if time.monotonic() >= deadline:
+                break
+        todo += visited
+        self._set_cursor(f"{phase}:todo", todo)
+        return not todo
 
     def _tenant_page(self, phase: str, tenant_id: int, schema: str) -> bool:
         """One page of one tenant; True when that tenant is done with the phase."""

@@ -66,7 +66,10 @@ class TenantSweep:
         self.running = True
 
     def slice(self, deadline: float, now: datetime) -> Iterator[tuple[int, str]]:
-        while self._todo and time.monotonic() < deadline:
+        """At least one tenant, then more until the deadline (time.monotonic()) passes."""
+        first = True
+        while self._todo and (first or time.monotonic() < deadline):
+            first = False
             yield self._todo.pop()
         if not self._todo:
             self.running = False

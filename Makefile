@@ -6,7 +6,7 @@ LOCK_HASH := $(shell cksum requirements.lock | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(LOCK_HASH)
 ARGS ?=
 
-.PHONY: run test lint format bench install clean lock
+.PHONY: run test lint format bench chaos install clean lock
 
 install: $(STAMP)
 
@@ -33,6 +33,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m devstack bench -- $(ARGS)
+
+chaos: $(STAMP)
+	$(PY) -m devstack chaos -- $(ARGS)
 
 clean:
 	rm -rf $(VENV) .data

@@ -164,7 +164,7 @@ class Engine:
         return sweeps.run_sweep(
             self,
             sweep,
-            lambda t, s: sweeps.relay_tenant(self, t, s, until),
+            lambda chunk: sweeps.relay_chunk(self, chunk, until),
             force=force,
             on_start=None if force else self.runs.release_all,
         )
@@ -175,24 +175,24 @@ class Engine:
             return 0
         until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
         return sweeps.run_sweep(
-            self, self.takeover_sweep, lambda t, s: sweeps.relay_tenant(self, t, s, until)
+            self, self.takeover_sweep, lambda chunk: sweeps.relay_chunk(self, chunk, until)
         )
 
     def reconcile(self) -> int:
         """Schedulable jobs due within the window that the index misses are put back."""
         until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
         return sweeps.run_sweep(
-            self, self.reconcile_sweep, lambda t, s: sweeps.reconcile_tenant(self, t, s, until)
+            self, self.reconcile_sweep, lambda chunk: sweeps.reconcile_chunk(self, chunk, until)
         )
 
     def sync_dirty(self) -> int:
         """Jobs whose post-commit index write was lost are written."""
-        return sweeps.run_sweep(self, self.sync_sweep, lambda t, s: sweeps.sync_tenant(self, t, s))
+        return sweeps.run_sweep(self, self.sync_sweep, lambda chunk: sweeps.sync_chunk(self, chunk))
 
     def reap(self, *, force: bool = False) -> int:
         """Runs whose worker went silent, and queued runs whose message went missing."""
         return sweeps.run_sweep(
-            self, self.reap_sweep, lambda t, s: sweeps.reap_tenant(self, t, s), force=force
+            self, self.reap_sweep, lambda chunk: sweeps.reap_chunk(self, chunk), force=force
         )
 
     def sweeps_running(self) -> bool:

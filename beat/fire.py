@@ -104,7 +104,7 @@ def _admit_all(
 ) -> dict[tuple[int, str], Admitted]:
     admitted: dict[tuple[int, str], Admitted] = {}
     with transaction.atomic(), connection.cursor() as cursor:
-        store.fence(cursor, engine.epoch)
+        store.fence(cursor, engine.epoch, "fire")
         for (tenant_id, schema), entries in by_tenant.items():
             if isolate:
                 ran, result = isolated(

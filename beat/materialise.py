@@ -82,7 +82,7 @@ def _materialise_tenant(
 
     def work() -> TenantPass:
         with connection.cursor() as cursor:
-            store.fence(cursor, engine.epoch)
+            store.fence(cursor, engine.epoch, "materialise")
             return _plan_and_write(engine, cursor, schema, list(scores), now, horizon)
 
     ran, result = isolated(engine.faults, tenant_id, schema, work)

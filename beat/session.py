@@ -32,4 +32,6 @@ def bounded_leader_session() -> None:
     with connection.cursor() as cursor:
         for name, seconds in values.items():
             cursor.execute("SELECT set_config(%s, %s, false)", [name, f"{seconds * 1000:.0f}"])
+    # The sweeps' chunk statements (one per chunk of tenants per sweep) stay prepared.
+    raw.prepared_max = max(raw.prepared_max or 0, 500)
     _configured.add(raw)

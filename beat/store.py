@@ -14,6 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
+from core.failpoints import freeze_in_fence
 from core.sql import pg_array, table
 from runs.status_sql import STATUS
 
@@ -50,7 +51,7 @@ class FencingError(Exception):
     """This process's lease epoch is no longer current: it must stop writing at once."""
 
 
-def fence(cursor, epoch: int) -> None:
+def fence(cursor, epoch: int, step: str = "") -> None:
     """Invariant 3: hold the lease row FOR SHARE while this transaction writes.
 
     A new leader's epoch bump (an UPDATE of the same row) waits for this transaction (for a
@@ -63,6 +64,7 @@ def fence(cursor, epoch: int) -> None:
     )
     if cursor.fetchone() is None:
         raise FencingError(f"lease epoch {epoch} is no longer current")
+    freeze_in_fence(step)  # the chaos suite's failpoint (core/failpoints.py)
 
 
 @dataclass

@@ -1,90 +1,106 @@
 """The leader's periodic sweeps over every tenant: relay, index reconciliation, dirty-job
-sync and reaping. Each is bounded: a pass walks the tenants round-robin within a time
-budget per iteration and goes on from where it stopped in the next one, so a few thousand
-tenants never make one iteration outlast the lease.
+sync and reaping.
+
+Each is bounded: a pass walks the tenants in chunks within a time budget per iteration,
+stops early when a run is due (firing on time comes first), and goes on from where it
+stopped in the next iteration, renewing the lease in between; so a few thousand tenants
+never make one iteration outlast the lease. A chunk's tenants are read with ONE statement
+(`UNION ALL` of each schema's query, on its partial index), not one round trip each; if
+that statement fails, the chunk is done again one tenant at a time, each isolated
+(`beat/faults.py`), so that a broken tenant costs only itself.
 
 - relay: runs waiting in PostgreSQL (`scheduled`/`retrying`) but not in memory (a leader
   died between materialising and publishing, or an index write was lost) join the heap
-  (invariant 2); held `queue`-policy runs are admitted again, so none stays held if the
-  wake-up that should release it was lost.
+  (invariant 2); each periodic pass also admits held `queue`-policy runs again, so none
+  stays held if the wake-up that should release it was lost.
 - reconcile: schedulable jobs due within the lookahead window that the index misses, or
   holds too late, are put back (a lost index write must never lose a fire).
 - sync: jobs whose post-commit index write did not happen (`index_dirty`) are written.
-- reap: runs whose worker went silent, and queued runs whose message went missing
-  (`beat/reaper.py`, invariant 5).
+- reap: a chunk-wide check finds the tenants with runs whose worker went silent or whose
+  message went missing; only those are reaped (`beat/reaper.py`, invariant 5).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from django.db import connection
+from django.db import connection, transaction
 from psycopg import sql
 
 from core import index
 from core.sql import table
 from jobs.indexing import mark_indexed
+from runs.status_sql import STATUS
 
 from . import reaper, store
-from .faults import isolated
+from .faults import isolated, must_step_down
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger("beat.sweeps")
 
+# Schemas per UNION ALL statement. Each keeps one lock per table and index it reads until
+# it ends (about 10 a schema): 25 stays far below PostgreSQL's shared lock table (64 per
+# connection by default), and a statement per chunk stays prepared.
+CHUNK_TENANTS = 25
+RELAY_LIMIT = 10_000  # waiting runs per tenant per pass
 RECONCILE_LIMIT = 1000  # jobs checked per tenant per pass: the soonest due
-SYNC_BATCH = 2000
+SYNC_BATCH = 2000  # dirty jobs per tenant per pass
+
+Tenants = list[tuple[int, str]]
 
 
 class TenantSweep:
-    """A pass over every tenant, done in slices: `slice(deadline)` yields tenants from where
-    the last slice stopped until the deadline passes; `complete` once the pass wrapped."""
+    """A pass over every tenant, done in slices across iterations."""
 
     def __init__(self, name: str, interval_seconds: float) -> None:
         self.name = name
         self.interval = interval_seconds
-        self._todo: list[tuple[int, str]] = []
+        self._todo: Tenants = []
         self.last_started: datetime | None = None
         self.last_completed: datetime | None = None
         self.running = False
 
     def due(self, now: datetime, force: bool = False) -> bool:
-        if self.running:
-            return True
-        if force or self.last_started is None:
+        if self.running or force or self.last_started is None:
             return True
         return now - self.last_started >= timedelta(seconds=self.interval)
 
-    def start(self, tenants: list[tuple[int, str]], now: datetime) -> None:
-        self._todo = list(reversed(tenants))
+    def start(self, tenants: Tenants, now: datetime) -> None:
+        self._todo = list(tenants)
         self.last_started = now
         self.running = True
 
-    def slice(self, deadline: float, now: datetime) -> Iterator[tuple[int, str]]:
-        """At least one tenant, then more until the deadline (time.monotonic()) passes."""
-        first = True
-        while self._todo and (first or time.monotonic() < deadline):
-            first = False
-            yield self._todo.pop()
+    def take(self, count: int) -> Tenants:
+        chunk, self._todo = self._todo[:count], self._todo[count:]
+        return chunk
+
+    def finish_if_empty(self, now: datetime) -> None:
         if not self._todo:
             self.running = False
             self.last_completed = now
+
+    @property
+    def remaining(self) -> int:
+        return len(self._todo)
 
 
 def run_sweep(
     engine: Engine,
     sweep: TenantSweep,
-    work: Callable[[int, str], int],
+    work: Callable[[Tenants], int],
     *,
     force: bool = False,
     on_start: Callable[[], None] | None = None,
 ) -> int:
-    """One slice of `sweep`: `work(tenant_id, schema)` per tenant, each isolated."""
+    """One slice of `sweep`: `work(chunk)` per chunk of tenants until the budget is spent
+    (at least one chunk), or a run comes due."""
     now = engine.clock.now()
     if not sweep.due(now, force):
         return 0
@@ -94,52 +110,123 @@ def run_sweep(
             on_start()
     deadline = time.monotonic() + engine.config.sweep_budget_seconds
     done = 0
-    for tenant_id, schema in sweep.slice(deadline, now):
+    while sweep.remaining:
         engine.checkpoint()
-        _ran, count = isolated(
-            engine.faults, tenant_id, schema, lambda t=tenant_id, s=schema: work(t, s)
-        )
-        done += count or 0
+        chunk = [t for t in sweep.take(CHUNK_TENANTS) if engine.faults.allowed(t[0])]
+        done += _work_chunk(engine, chunk, work)
+        if time.monotonic() >= deadline or engine.fire_is_due():
+            break
+    sweep.finish_if_empty(now)
     return done
+
+
+def _work_chunk(engine: Engine, chunk: Tenants, work: Callable[[Tenants], int]) -> int:
+    """Reads in autocommit (each statement's locks, one per table and index of each schema,
+    go as soon as it ends); what writes opens its own transaction."""
+    if not chunk:
+        return 0
+    try:
+        count = work(chunk)
+    except Exception as exc:
+        if must_step_down(exc):
+            raise
+        if len(chunk) == 1:
+            engine.faults.failed(chunk[0][0], chunk[0][1], exc)
+            return 0
+        count = 0  # find the tenants at fault: one at a time, each isolated
+        for tenant_id, schema in chunk:
+            _ran, one = isolated(
+                engine.faults, tenant_id, schema, lambda t=tenant_id, s=schema: work([(t, s)])
+            )
+            count += one or 0
+        return count
+    for tenant_id, _schema in chunk:
+        engine.faults.succeeded(tenant_id)
+    return count
+
+
+def _union(chunk: Tenants, query: Callable[[str], sql.Composable]) -> sql.Composed:
+    """One statement reading every tenant of the chunk; each row starts with its tenant."""
+    return sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {tenant}::bigint, q.* FROM ({query}) q)").format(
+            tenant=sql.Literal(tenant_id), query=query(schema)
+        )
+        for tenant_id, schema in chunk
+    )
+
+
+def _rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]]:
+    rows: dict[int, list[tuple]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(_union(chunk, query), params * len(chunk))
+        for tenant_id, *row in cursor.fetchall():
+            rows[tenant_id].append(tuple(row))
+    return rows
 
 
 # --- relay -------------------------------------------------------------------------------
 
 
-def relay_tenant(engine: Engine, tenant_id: int, schema: str, until: datetime) -> int:
-    with connection.cursor() as cursor:
-        rows = store.pending_runs(cursor, schema, until=until)
-    added = 0
-    for row in rows:
-        if row.run_id not in engine.runs.known:
-            added += engine.runs.remember(engine.runs.build(tenant_id, schema, row))
+def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
+    """Waiting runs due by `until` that the leader does not hold: first one cheap check
+    for the whole chunk (usually: none anywhere), then the runs of the tenants that have
+    some."""
+
+    def any_waiting(schema: str) -> sql.Composable:
+        return sql.SQL(
+            "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status IN {waiting} AND due_at <= %s)"
+        ).format(runs=table(schema, "runs_run"), **STATUS)
+
+    waiting = _rows_by_tenant(chunk, any_waiting, [until])
+    flagged = [(t, s) for t, s in chunk if waiting.get(t, [(False,)])[0][0]]
+    added: dict[str, int] = {}
+    for tenant_id, schema in flagged:
+        with connection.cursor() as cursor:
+            rows = store.pending_runs(cursor, schema, until=until, limit=RELAY_LIMIT)
+        for ref in rows:
+            if ref.run_id not in engine.runs.known:
+                entry = engine.runs.build(tenant_id, schema, ref)
+                if engine.runs.remember(entry):
+                    added[entry.schema] = added.get(entry.schema, 0) + 1
     if added:
-        log.warning("%s: relayed %s waiting runs the leader did not hold", schema, added)
-    return added
+        log.warning(
+            "relayed %s waiting runs the leader did not hold, of %s tenants (%s)",
+            sum(added.values()),
+            len(added),
+            ", ".join(sorted(added)[:5]) + (", ..." if len(added) > 5 else ""),
+        )
+    return sum(added.values())
 
 
 # --- reconcile the jobs index with PostgreSQL -------------------------------------------
 
 
-def reconcile_tenant(engine: Engine, tenant_id: int, schema: str, until: datetime) -> int:
+def reconcile_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
     """Put back schedulable jobs due by `until` that the index misses or holds too late."""
-    with connection.cursor() as cursor:
-        due = store.due_jobs(cursor, schema, until=until, limit=RECONCILE_LIMIT)
+
+    def query(schema: str) -> sql.Composable:
+        return sql.SQL(
+            f"SELECT id, next_run_at FROM {{}} WHERE {store.SCHEDULABLE} AND next_run_at <= %s "
+            "ORDER BY next_run_at LIMIT %s"
+        ).format(table(schema, "jobs_job"))
+
+    due = [
+        (index.member(tenant_id, job_id), at)
+        for tenant_id, rows in _rows_by_tenant(chunk, query, [until, RECONCILE_LIMIT]).items()
+        for job_id, at in rows
+    ]
     if not due:
         return 0
-    members = [index.member(tenant_id, job_id) for job_id, _ in due]
-    scores = engine.client.zmscore(engine.index_key, members)
+    scores = engine.client.zmscore(engine.index_key, [m for m, _ in due])
     repairs = {
         m: at.timestamp()
-        for m, (_, at), score in zip(members, due, scores, strict=True)
+        for (m, at), score in zip(due, scores, strict=True)
         if score is None or score > at.timestamp() + 0.001
     }
     if repairs:
         engine.writes.lower_jobs(repairs)
         log.warning(
-            "%s: %s due jobs were missing from the index (or late in it): put back",
-            schema,
-            len(repairs),
+            "%s due jobs were missing from the index (or late in it): put back", len(repairs)
         )
     return len(repairs)
 
@@ -147,38 +234,60 @@ def reconcile_tenant(engine: Engine, tenant_id: int, schema: str, until: datetim
 # --- sync jobs whose index write was lost ------------------------------------------------
 
 
-def sync_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
-    query = sql.SQL(
-        f"SELECT id, next_run_at, ({store.SCHEDULABLE}), version FROM {{}} "
-        "WHERE index_dirty ORDER BY id LIMIT %s"
-    ).format(table(schema, "jobs_job"))
-    with connection.cursor() as cursor:
-        cursor.execute(query, [SYNC_BATCH])
-        rows = cursor.fetchall()
-    if not rows:
-        return 0
-    # Add or lower only: an unschedulable job keeps its entry until the leader reads its
-    # row when the score comes due (see core/index.py).
-    engine.writes.lower_jobs(
-        {index.member(tenant_id, i): at.timestamp() for i, at, ok, _v in rows if ok}
-    )
-    mark_indexed(schema, [(i, v) for i, _at, _ok, v in rows])
-    return len(rows)
+def sync_chunk(engine: Engine, chunk: Tenants) -> int:
+    def query(schema: str) -> sql.Composable:
+        return sql.SQL(
+            f"SELECT id, next_run_at, ({store.SCHEDULABLE}), version FROM {{}} "
+            "WHERE index_dirty ORDER BY id LIMIT %s"
+        ).format(table(schema, "jobs_job"))
+
+    schemas = dict(chunk)
+    synced = 0
+    for tenant_id, rows in _rows_by_tenant(chunk, query, [SYNC_BATCH]).items():
+        # Add or lower only: an unschedulable job keeps its entry until the leader reads
+        # its row when the score comes due (see core/index.py).
+        engine.writes.lower_jobs(
+            {index.member(tenant_id, i): at.timestamp() for i, at, ok, _v in rows if ok}
+        )
+        mark_indexed(schemas[tenant_id], [(i, v) for i, _at, _ok, v in rows])
+        synced += len(rows)
+    return synced
 
 
 # --- reap --------------------------------------------------------------------------------
+
+
+def reap_chunk(engine: Engine, chunk: Tenants) -> int:
+    """Reap only the tenants of the chunk that have something to reap."""
+    timeout = engine.config.visibility_timeout_seconds
+
+    def query(schema: str) -> sql.Composable:
+        return sql.SQL(
+            "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status = {running} "
+            "  AND heartbeat_at < now() - make_interval(secs => %s))"
+            " OR EXISTS (SELECT 1 FROM {runs} WHERE status = {queued} "
+            "  AND queued_at < now() - make_interval(secs => %s))"
+        ).format(runs=table(schema, "runs_run"), **STATUS)
+
+    schemas = dict(chunk)
+    found = _rows_by_tenant(chunk, query, [timeout, timeout])
+    count = 0
+    for tenant_id, rows in found.items():
+        if rows and rows[0][0]:
+            with transaction.atomic():
+                count += reap_tenant(engine, tenant_id, schemas[tenant_id])
+    return count
 
 
 def reap_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
     timeout = engine.config.visibility_timeout_seconds
     now = engine.clock.now()
     with connection.cursor() as cursor:
-        store.fence(cursor, engine.epoch)
+        store.fence(cursor, engine.epoch, "reap")
         reaped = reaper.reap_lost(cursor, schema, now, timeout)
         stale = reaper.stale_queued(cursor, schema, timeout)
-        engine.writes.push_messages(
-            [(e.queue, e.message) for e in (engine.runs.build(tenant_id, schema, r) for r in stale)]
-        )
+        entries = [engine.runs.build(tenant_id, schema, ref) for ref in stale]
+        engine.writes.push_messages([(e.queue, e.message) for e in entries])
     # Memory moves before the commit: if it fails, these runs are still `running` in
     # PostgreSQL, and admission moves nothing that is not waiting.
     for ref in reaped.retrying:

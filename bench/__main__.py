@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
     conc.add_argument("--workers", type=int, default=1, help="worker processes")
+    many = sub.add_parser("many-tenants", help="iteration length and lease gaps, many tenants")
+    many.add_argument("--tenants", type=int, default=2000)
+    many.add_argument("--seconds", type=float, default=60.0)
+    many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
-    from . import concurrency, fire_lag, leader_cost, schedule_math, throughput
+    from . import concurrency, fire_lag, leader_cost, many_tenants, schedule_math, throughput
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
     elif args.bench == "throughput":
         result = throughput.run(args.count, args.repeats)
+    elif args.bench == "many-tenants":
+        result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -59,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             "schedule_math": schedule_math.run(number=2000, repeats=1),
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
+            "many_tenants": many_tenants.run(100, 40),
         }
     if args.json:
         print(json.dumps(result, default=str))

@@ -14,9 +14,9 @@ from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
-from beat.store import pg_array, table
 from core.clock import SystemClock
 from core.redis import get_redis
+from core.sql import pg_array, table
 from jobs.services import Actor, job_create
 
 from .processes import start_worker, stop, tree_rss_bytes, wait_until

@@ -18,10 +18,10 @@ from psycopg import sql
 
 from beat.engine import Engine, EngineConfig
 from beat.lease import bump_epoch
-from beat.store import table
 from core.clock import FakeClock
 from core.keys import index_key
 from core.redis import get_redis
+from core.sql import table
 
 from .world import bench_tenants, clear_runs, copy_jobs, drop_bench_data, index_jobs, job_count
 

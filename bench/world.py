@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from django.db import connection
 from psycopg import sql
 
-from beat.store import table
 from core import index
+from core.sql import table
 from tenants.models import Tenant
 from tenants.services import tenant_provision
 

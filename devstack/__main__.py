@@ -105,6 +105,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-m", "bench", *bench_args], env=env, cwd=ROOT)
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    """The chaos scenarios run in their own database and Redis DB, like the benchmarks."""
+    from .services import ensure_database, with_db_name, with_redis_db
+
+    resolved = resolve(data_dir=Path(args.data_dir).resolve())
+    ensure_database(with_db_name(resolved.database_url, "postgres"), "tickwork_chaos")
+    resolved.database_url = with_db_name(resolved.database_url, "tickwork_chaos")
+    resolved.redis_url = with_redis_db(resolved.redis_url, 12)
+    env = _base_env(resolved)
+    env.setdefault("SCHEDULER_MIN_INTERVAL_SECONDS", "1")
+    env.setdefault("SCHEDULER_TASK_MODULES", "chaos.tasks")
+    _say([f"[devstack] {note}" for note in resolved.notes])
+    _manage(env, "migrate", "--noinput", "-v", "0")
+    chaos_args = [a for a in args.rest if a != "--"]
+    return subprocess.call([sys.executable, "-m", "chaos", *chaos_args], env=env, cwd=ROOT)
+
+
 def cmd_smoke(args: argparse.Namespace) -> int:
     """Resolve services, migrate, provision the demo and check readiness, then stop."""
     data_dir = Path(args.data_dir).resolve()
@@ -146,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     test.add_argument("rest", nargs=argparse.REMAINDER)
     bench = sub.add_parser("bench", help="run the benchmarks (their own database)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
+    chaos = sub.add_parser("chaos", help="run the chaos scenarios (their own database)")
+    chaos.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("smoke", help="bootstrap once and check readiness, then exit")
     sub.add_parser("env", help="print the resolved DATABASE_URL and REDIS_URL")
     args = parser.parse_args(argv)
@@ -153,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "run": cmd_run,
         "test": cmd_test,
         "bench": cmd_bench,
+        "chaos": cmd_chaos,
         "smoke": cmd_smoke,
         "env": cmd_env,
     }

@@ -1,0 +1,104 @@
+"""Scenario 3: a worker is killed with SIGKILL in the middle of a batch of runs.
+
+100 runs of a 2 s task go to two prefork workers; once a good part has started, one
+worker is killed (its children with it) and a fresh one starts. The killed worker's runs
+go silent: the reaper marks their attempts lost after the visibility timeout and the retry
+policy (no backoff here) sends them again.
+
+Figures: how long after the kill every run was terminal, against the bound (visibility
+timeout + the reaper's interval + one heartbeat + the task's own 2 s); attempts executed
+twice (goal 0); runs not succeeded (goal 0).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from django_tenants.utils import schema_context
+
+from core.clock import SystemClock
+from core.redis import get_redis
+from jobs.services import Actor, job_create
+from runs import states
+from runs.models import Run
+from runs.services import job_trigger
+
+from . import harness as h
+from .tasks import LEDGER_KEY, ledger_client
+
+VISIBILITY = 10
+ENV = {
+    "SCHEDULER_LEASE_SECONDS": "2",
+    "SCHEDULER_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY),
+    "SCHEDULER_HEARTBEAT_SECONDS": "0.5",
+}
+TASK_SECONDS = 2.0
+
+
+def run(workdir: Path, *, small: bool) -> dict:
+    count = 20 if small else 100
+    ledger = ledger_client()
+    ledger.delete(LEDGER_KEY)
+    tenant = h.chaos_tenant("chaos-workers")
+    actor, clock = Actor("chaos"), SystemClock()
+    with schema_context(tenant.schema_name):
+        job = job_create(
+            tenant=tenant,
+            actor=actor,
+            data={
+                "name": "two seconds",
+                "schedule": None,
+                "target": {"type": "task", "task": "chaos.record"},
+                "payload": {"seconds": TASK_SECONDS},
+                "retry": {"max_attempts": 5, "backoff_seconds": 0},
+            },
+            clock=clock,
+        )
+    env = h.process_env(**ENV)
+    with h.Fleet(workdir) as fleet:
+        fleet.add(h.scheduler(workdir, "s", env))
+        victim = fleet.add(h.worker(workdir, "w1", env, "-c", "4"))
+        fleet.add(h.worker(workdir, "w2", env, "-c", "4"))
+        h.wait_for(lambda: h.leader_pid(get_redis()), timeout=60)
+        with schema_context(tenant.schema_name):
+            run_ids = [
+                job_trigger(tenant=tenant, actor=actor, job_id=job.id, clock=clock)[0].id
+                for _ in range(count)
+            ]
+        h.wait_for(lambda: ledger.llen(LEDGER_KEY) >= count // 4, timeout=120)
+        killed_at = time.time()
+        victim.kill9()
+        fleet.add(h.worker(workdir, "w3", env, "-c", "4"))
+        finished = h.wait_for(lambda: _all_terminal(tenant, run_ids), timeout=300, interval=0.2)
+        done_after = time.time() - killed_at
+    executed = Counter(h.executions(ledger))
+    twice = sorted(k for k, n in executed.items() if n > 1)
+    statuses = Counter(status for status, _ in finished.values())
+    retried = sum(1 for _, attempt in finished.values() if attempt > 1)
+    bound = VISIBILITY + min(VISIBILITY / 4, 30) + 0.5 + TASK_SECONDS
+    return {
+        "runs": count,
+        "runs_retried_after_the_kill": retried,
+        "all_terminal_seconds_after_kill": round(done_after, 2),
+        "bound_seconds": bound,
+        "attempts_executed_twice": len(twice),
+        "statuses": dict(statuses),
+        "checks": {
+            "no_attempt_executed_twice": not twice,
+            "every_run_succeeded": statuses == {states.SUCCEEDED: count},
+            "some_runs_were_lost_and_retried": retried > 0,
+        },
+    }
+
+
+def _all_terminal(tenant, run_ids) -> dict | None:
+    with schema_context(tenant.schema_name):
+        rows = dict(
+            (r[0], (r[1], r[2]))
+            for r in Run.objects.filter(id__in=run_ids).values_list("id", "status", "attempt")
+        )
+    if all(status in states.TERMINAL for status, _ in rows.values()):
+        return rows
+    return None

@@ -1,0 +1,124 @@
+"""Scenario 6: a broker backlog of 100,000 messages that the workers fall far behind on.
+
+`due` jobs (bulk COPY) fall due on one instant; the leader materialises and publishes them
+all while a single slow worker (2 processes, 50 ms a run) drains a few dozen a second.
+Meanwhile the API is asked for the tenant's runs and jobs once a second.
+
+Figures: the scheduler's and the worker's resident memory (peak, and at the end once the
+publishing is over: it must not keep growing with the backlog), the backlog reached, and
+the API's answer times (p50/p99) and failures while the backlog stands.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+from django.db import connection
+from psycopg import sql
+
+from bench.world import copy_jobs, index_jobs
+from core.redis import get_redis
+from core.sql import table
+from tenants.tokens import token_issue
+
+from . import harness as h
+
+ENV = {
+    "SCHEDULER_LEASE_SECONDS": "2",
+    "SCHEDULER_LOOKAHEAD_SECONDS": "20",
+    "SCHEDULER_VISIBILITY_TIMEOUT_SECONDS": "600",
+}
+
+
+def run(workdir: Path, *, small: bool) -> dict:
+    due, watch_seconds = (10_000, 20) if small else (100_000, 60)
+    client = get_redis()
+    tenant = h.chaos_tenant("chaos-backlog")
+    with connection.cursor() as cursor:
+        cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, "runs_run")))
+        cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, "jobs_job")))
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=25)
+    copy_jobs(tenant, due, at, cron="0 * * * *", name="burst")  # hourly: one slot each
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.SQL("UPDATE {} SET payload = %s").format(table(tenant.schema_name, "jobs_job")),
+            [json.dumps({"seconds": 0.05})],
+        )
+        cursor.execute(
+            sql.SQL("UPDATE {} SET target = %s").format(table(tenant.schema_name, "jobs_job")),
+            [json.dumps({"task": "chaos.record"})],
+        )
+    index_jobs(client, tenant)
+    token = token_issue(tenant=tenant, name="chaos").plain
+    port = h.free_port()
+    env = h.process_env(**ENV)
+    samples: dict[str, list[float]] = {"scheduler": [], "worker": []}
+    answers: list[float] = []
+    failures = 0
+    backlog_peak = 0
+    with h.Fleet(workdir) as fleet:
+        sched = fleet.add(h.scheduler(workdir, "s", env))
+        work = fleet.add(h.worker(workdir, "w", env, "-c", "2"))
+        fleet.add(h.web(workdir, "web", env, port))
+        h.wait_for(lambda: _answers(port, token) is not None, timeout=60)
+        deadline = at.timestamp() + watch_seconds
+        while time.time() < deadline:
+            samples["scheduler"].append(_rss_mb(sched.pid))
+            samples["worker"].append(_rss_mb(work.pid))
+            backlog_peak = max(backlog_peak, _backlog(client))
+            for path in ("runs?page_size=50", "jobs?page_size=50"):
+                seconds = _answers(port, token, path)
+                if seconds is None:
+                    failures += 1
+                else:
+                    answers.append(seconds)
+            time.sleep(max(0.0, 1.0 - (time.time() % 1)))
+    published = backlog_peak
+    return {
+        "due_at_once": due,
+        "backlog_peak_messages": published,
+        "scheduler_rss_mb": {"peak": max(samples["scheduler"]), "end": samples["scheduler"][-1]},
+        "worker_rss_mb": {"peak": max(samples["worker"]), "end": samples["worker"][-1]},
+        "api_seconds": h.summary(answers),
+        "api_failures": failures,
+        "checks": {
+            "api_kept_answering": failures == 0,
+            "backlog_formed": published >= due // 2,
+        },
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    """The process and its children (a prefork worker's pool)."""
+    try:
+        process = psutil.Process(pid)
+        total = process.memory_info().rss
+        for child in process.children(recursive=True):
+            total += child.memory_info().rss
+        return round(total / 2**20, 1)
+    except psutil.Error:
+        return 0.0
+
+
+def _backlog(client) -> int:
+    return sum(client.llen(key) for key in client.scan_iter("runs.*"))
+
+
+def _answers(port: int, token: str, path: str = "jobs?page_size=1") -> float | None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/{path}", headers={"Authorization": f"Bearer {token}"}
+    )
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+            if response.status != 200:
+                return None
+    except OSError:
+        return None
+    return time.perf_counter() - started

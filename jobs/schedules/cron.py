@@ -3,9 +3,32 @@ resolution and compilation into a :class:`~.match.CronMatcher`.
 
 Semantics (standard 5-field cron): minute hour day-of-month month day-of-week; ``*``, numbers,
 names (JAN-DEC, SUN-SAT, any case), ranges ``a-b``, steps ``*/n``, ``a-b/n`` and ``a/n``
-(= ``a-max/n``), comma lists; day-of-week 0-7 with 0 and 7 both Sunday. When both day fields
-are restricted (neither covers its whole range) a day matches if either matches (OR);
-otherwise both must match. An equal range ``a-a`` is the single value ``a``.
+(= ``a-max/n``), comma lists; day-of-week 0-7 with 0 and 7 both Sunday. An equal range
+``a-a`` is the single value ``a``.
+
+Day extensions (Quartz forms, any case, also as items of a comma list, see :mod:`.days`):
+day-of-month ``L``, ``L-n``, ``nW``, ``LW``; day-of-week ``d#k`` and ``dL``. Each item selects
+a set of days and a field selects the union of its items.
+
+Combining the day fields: when both are restricted (neither covers its whole range) a day
+matches if either matches (OR); otherwise both must match. An item using ``L``, ``W`` or ``#``
+makes its field restricted, so ``0 0 L * 5`` is "the last day of the month, or any Friday"
+and ``0 0 13 * 5#2`` "the 13th, or the second Friday". Quartz refuses to restrict both fields
+(one must be ``?``) and cronie has no L/W/#, so the two do not agree here; the OR rule is
+cronie's (and Vixie cron's, POSIX's) rule for the fields they share, kept for the
+extensions so that one rule holds for every expression. croniter differs: see reference.py.
+
+Six-field form: ``second minute hour day-of-month month day-of-week`` (seconds first, 0-59,
+the same syntax as minutes), accepted by :func:`parse_cron` only when the caller passes the
+operator's ``minimum_interval_seconds``, and then only if the seconds field never selects two
+seconds closer together than that minimum (see :func:`check_seconds`). A seconds field with
+a single value fires at most once a minute, like a five-field expression, and is always
+accepted then. DST: fixed-time is decided on the minute and hour fields alone.
+
+An expression no day can ever match is refused ("never fires"), extensions included:
+``0 0 30 2 *``, ``0 0 L-29 2 *`` (February has at most 29 days), ``0 0 31W 4 *`` (April has
+no 31st; ``nW`` is never moved into a month lacking day n). Day-of-week rules always fire
+eventually (a fifth Friday of February: in leap years whose February starts on a Friday).
 """
 
 from __future__ import annotations
@@ -15,7 +38,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 
+from . import days
 from .errors import ScheduleError
 from .match import MONTH_DAYS, CronMatcher
 from .model import DST_GAP_CHOICES, DST_REPEAT_CHOICES, MACROS, CronSchedule
@@ -27,6 +52,7 @@ _DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _DIGITS = re.compile(r"[0-9]{1,9}")
 _HASH = re.compile(r"H(?:\(([0-9]{1,9})-([0-9]{1,9})\))?(?:/([0-9]{1,9}))?", re.IGNORECASE)
 _FIELD_COUNT_HELP = "minute hour day-of-month month day-of-week"
+Rules = tuple[days.Rule, ...]
 
 
 @dataclass(frozen=True)
@@ -53,10 +79,16 @@ SPECS = (
     FieldSpec("month", 1, 12, 12, 12, {n: i + 1 for i, n in enumerate(_MONTHS)}),
     FieldSpec("day_of_week", 0, 7, 6, 6, {n: i for i, n in enumerate(_DAYS)}),
 )
+SECOND_SPEC = FieldSpec("second", 0, 59, 59, 59)
+SPECS6 = (SECOND_SPEC, *SPECS)
+# H hash positions: the five-field positions stay what they always were (resolved values are
+# pinned), and the seconds field of the six-field form hashes at its own position 5.
+_HASH_POSITIONS = {5: (0, 1, 2, 3, 4), 6: (5, 0, 1, 2, 3, 4)}
 
 
 def split_fields(expression: str) -> list[str]:
-    """Expand a macro and split into exactly five fields, or raise ScheduleError("cron")."""
+    """Expand a macro and split into five fields, or six (seconds first), or raise
+    ScheduleError("cron"). Whether six are acceptable is :func:`parse_cron`'s decision."""
     if not isinstance(expression, str):
         raise ScheduleError("cron expression must be a string", "cron")
     text = expression.strip()
@@ -65,14 +97,16 @@ def split_fields(expression: str) -> list[str]:
     if text.startswith("@"):
         text = _expand_macro(text)
     fields = text.split()
-    if len(fields) != 5:
-        extra = ""
-        if len(fields) in (6, 7):
-            extra = "; 6-field (seconds) and 7-field (year) forms are not supported"
+    if len(fields) not in (5, 6):
+        extra = "; the 7-field (year) form is not supported" if len(fields) == 7 else ""
         raise ScheduleError(
             f"expected 5 fields ({_FIELD_COUNT_HELP}), got {len(fields)}{extra}", "cron"
         )
     return fields
+
+
+def specs_for(fields: list[str]) -> tuple[FieldSpec, ...]:
+    return SPECS6 if len(fields) == 6 else SPECS
 
 
 def _expand_macro(text: str) -> str:
@@ -120,7 +154,8 @@ def resolve_hash_fields(expression: str, seed: str) -> str:
         raise TypeError(f"seed must be a string, got {type(seed).__name__}")
     fields = split_fields(expression)
     out = []
-    for position, (spec, text) in enumerate(zip(SPECS, fields, strict=True)):
+    positions = _HASH_POSITIONS[len(fields)]
+    for position, spec, text in zip(positions, specs_for(fields), fields, strict=True):
         if "h" not in text.lower():
             out.append(text)
             continue
@@ -187,21 +222,42 @@ def _item_mask(spec: FieldSpec, item: str) -> int:
 
 
 def field_mask(spec: FieldSpec, text: str) -> int:
-    """The set of values a field selects, as a bit mask (bit v set: value v selected)."""
-    mask = 0
-    for item in text.split(","):
-        mask |= _item_mask(spec, item)
-    if spec.name == "day_of_week" and mask & (1 << 7):
-        mask = (mask | 1) & 0x7F
+    """The set of values a plain field selects, as a bit mask (bit v set: value v selected)."""
+    mask, rules = field_items(spec, text)
+    if rules:
+        raise spec.error(f"{text[:40]!r}: L, W and # are not plain values")
     return mask
 
 
-def _check_fires(expression: str, doms: int, months: int, dom_only: bool) -> None:
-    """Reject day-of-month/month combinations that never exist (``0 0 30 2 *``)."""
-    if not dom_only:
+def field_items(spec: FieldSpec, text: str) -> tuple[int, Rules]:
+    """A field's plain values as a bit mask, and its day rules (L, W, #) in item order."""
+    mask, rules = 0, []
+    for item in text.split(","):
+        if spec.name == "day_of_month" and item and days.is_dom_rule(item):
+            rules.append(days.parse_dom_rule(item, spec.error))
+        elif spec.name == "day_of_week" and item and days.is_dow_rule(item):
+            rules.append(
+                days.parse_dow_rule(item, lambda t, i=item: _value(spec, t, i), spec.error)
+            )
+        else:
+            mask |= _item_mask(spec, item)
+    if spec.name == "day_of_week" and mask & (1 << 7):
+        mask = (mask | 1) & 0x7F
+    return mask, tuple(dict.fromkeys(rules))
+
+
+def _check_fires(expression: str, matcher: CronMatcher) -> None:
+    """Reject day-of-month/month combinations that never exist (``0 0 30 2 *``,
+    ``0 0 L-29 2 *``, ``0 0 31W 4 *``). With the day-of-week field restricted some weekday
+    rule or value always fires (OR), so only the day-of-month-only case can be empty."""
+    if not matcher.dom_only:
         return
     for month in range(1, 13):
-        if months >> month & 1 and doms & ((1 << (MONTH_DAYS[month] + 1)) - 1):
+        if not matcher.months >> month & 1:
+            continue
+        if matcher.doms & ((1 << (MONTH_DAYS[month] + 1)) - 1):
+            return
+        if any(days.dom_rule_possible(rule, month) for rule in matcher.dom_rules):
             return
     raise ScheduleError(
         f"{expression!r} never fires: no selected month has the selected day of the month",
@@ -211,12 +267,64 @@ def _check_fires(expression: str, doms: int, months: int, dom_only: bool) -> Non
 
 @lru_cache(maxsize=16384)
 def compile_expression(expression: str) -> CronMatcher:
-    """Validate a resolved expression (no ``H``) and build its matcher. Cached."""
+    """Validate a resolved expression (no ``H``; five or six fields) and build its matcher.
+    Cached. The seconds-field policy is :func:`parse_cron`'s, not checked here."""
     fields = split_fields(expression)
-    masks = [field_mask(spec, text) for spec, text in zip(SPECS, fields, strict=True)]
-    matcher = CronMatcher(*masks)
-    _check_fires(" ".join(fields), masks[2], masks[3], matcher.dom_only)
+    specs = specs_for(fields)
+    items = [field_items(spec, text) for spec, text in zip(specs, fields, strict=True)]
+    seconds = items.pop(0)[0] if len(fields) == 6 else None
+    (minutes, _), (hours, _), (doms, dom_rules), (months, _), (dows, dow_rules) = items
+    matcher = CronMatcher(
+        minutes,
+        hours,
+        doms,
+        months,
+        dows,
+        seconds=seconds,
+        dom_rules=dom_rules,
+        dow_rules=dow_rules,
+    )
+    _check_fires(" ".join(fields), matcher)
     return matcher
+
+
+def seconds_spacing(mask: int) -> int | None:
+    """The closest two selected seconds can be (None: one second selected). The gap from
+    the last selected second to the first one of the next minute counts too, as if the
+    next minute fires as well (conservative: the minute field may not allow it)."""
+    selected = [s for s in range(60) if mask >> s & 1]
+    if len(selected) < 2:
+        return None
+    gaps = [b - a for a, b in pairwise(selected)]
+    return min(*gaps, 60 - selected[-1] + selected[0])
+
+
+def _six_fields_refused() -> ScheduleError:
+    return ScheduleError(
+        f"expected 5 fields ({_FIELD_COUNT_HELP}), got 6; the 6-field (seconds) form is "
+        "not accepted here",
+        "cron",
+    )
+
+
+def check_seconds(fields: list[str], minimum_interval_seconds: int | None) -> None:
+    """The six-field policy: refused without a minimum interval; with one, refused when two
+    selected seconds can be closer than it. So with a minimum of 60 or more only a single
+    seconds value passes (``0``, ``30``), and ``*/15`` needs a minimum of at most 15."""
+    if len(fields) != 6:
+        return
+    if minimum_interval_seconds is None:
+        raise _six_fields_refused()
+    if isinstance(minimum_interval_seconds, bool) or not isinstance(minimum_interval_seconds, int):
+        raise TypeError("minimum_interval_seconds must be an int")
+    minimum = max(1, minimum_interval_seconds)
+    gap = seconds_spacing(field_mask(SECOND_SPEC, fields[0]))
+    if gap is not None and gap < minimum:
+        raise SECOND_SPEC.error(
+            f"{fields[0][:40]!r} fires {gap} second{'s' if gap != 1 else ''} apart, more often "
+            f"than the minimum interval of {minimum} seconds; use a single second (e.g. 0)"
+            + (" or a step of at least the minimum" if minimum < 60 else "")
+        )
 
 
 def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
@@ -231,10 +339,17 @@ def parse_cron(
     seed: str,
     dst_gap: str = "shift",
     dst_repeat: str = "first",
+    minimum_interval_seconds: int | None = None,
 ) -> CronSchedule:
-    """Validate everything, resolve ``H`` with ``seed``, return the resolved schedule."""
+    """Validate everything, resolve ``H`` with ``seed``, return the resolved schedule.
+
+    ``minimum_interval_seconds`` (the operator's minimum) enables the six-field form with
+    seconds, subject to :func:`check_seconds`; without it six fields are refused."""
+    if minimum_interval_seconds is None and len(split_fields(expression)) == 6:
+        raise _six_fields_refused()  # before H resolution can complain about the seconds
     resolved = resolve_hash_fields(expression, seed)
     compile_expression(resolved)
+    check_seconds(resolved.split(), minimum_interval_seconds)
     validate_timezone(timezone)
     _check_choice(dst_gap, DST_GAP_CHOICES, "dst_gap")
     _check_choice(dst_repeat, DST_REPEAT_CHOICES, "dst_repeat")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 SCHEDULE_FIELDS = (
     "cron",
+    "second",
     "minute",
     "hour",
     "day_of_month",

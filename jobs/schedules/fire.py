@@ -32,7 +32,7 @@ from .match import CronMatcher
 from .model import CronSchedule, IntervalSchedule, Schedule, Slot, check_aware
 
 SLOW_PATH_STEPS = 100_000  # far above any real need
-MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 MAX_SKIPPED = 1000  # consecutive skipped slots before next_fire gives up
 Candidate = tuple[datetime, str | None]  # (naive UTC instant, skip reason)
 
@@ -82,7 +82,9 @@ def _wall_instants(plan: _Plan, wall: datetime) -> tuple[list[Candidate], dateti
         return [(first, None) if plan.dst_repeat == "first" else (second, None)], wall
     # gap (spring forward): fold=1 maps before the transition, fold=0 after it
     moved = zones.transition_in(plan.zone, wall - offset1, wall - offset0)
-    resume = max(wall, moved + offset1 - MINUTE)  # the gap ends at wall time moved + offset1
+    # the gap ends at wall time moved + offset1; a second before it, not a minute, so that a
+    # six-field matcher does not revisit the gap's last minute second by second
+    resume = max(wall, moved + offset1 - SECOND)
     if not plan.fixed:  # elapsed-time jobs have no run in a gap
         return [], resume
     return [(moved, None if plan.dst_gap == "shift" else "dst")], resume

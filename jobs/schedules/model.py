@@ -47,9 +47,12 @@ class CronSchedule:
 
     @property
     def fixed_time(self) -> bool:
-        """Neither the minute nor the hour field contains ``*`` (the Debian/cronie rule)."""
+        """Neither the minute nor the hour field contains ``*`` (the Debian/cronie rule; in
+        the six-field form the same two fields decide, whatever the seconds field holds)."""
         text = self.expression.strip()
         fields = MACROS.get(text.lower(), text).split()
+        if len(fields) == 6:
+            fields = fields[1:]
         return len(fields) >= 2 and "*" not in fields[0] and "*" not in fields[1]
 
 

@@ -143,14 +143,14 @@ def test_fixed_time_is_the_debian_rule(expression, fixed):
         ("0 5-2 * * *", "hour", "reversed"),
         ("0 0 0 * *", "day_of_month", "day_of_month: 0 is out of range 1-31"),
         ("0 0 32 * *", "day_of_month", "out of range 1-31"),
-        ("0 0 L * *", "day_of_month", "'L' is not a valid value"),
+        ("0 0 LL * *", "day_of_month", "'LL' is not a valid value"),  # L itself: valid now
         ("0 0 ? * *", "day_of_month", "not a valid value"),
         ("0 0 * 13 *", "month", "month: 13 is out of range 1-12"),
         ("0 0 * FOO *", "month", "'FOO' is not a valid value"),
         ("0 0 * MON *", "month", "not a valid value"),
         ("0 0 * * 8", "day_of_week", "day_of_week: 8 is out of range 0-7"),
         ("0 0 * * FRI-MON", "day_of_week", "reversed"),
-        ("0 0 * * 1#2", "day_of_week", "not a valid value"),
+        ("0 0 * * 1#6", "day_of_week", "must be between 1 and 5"),  # 1#2: valid now
         ("H(5) * * * *", "minute", "not a valid H form"),
         ("H(50-10) * * * *", "minute", "reversed"),
         ("H(0-60) * * * *", "minute", "out of range"),

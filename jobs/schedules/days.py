@@ -179,10 +179,9 @@ def rule_words(rule: Rule) -> str:
     if kind == "last":
         if a == 0:
             return "the last day of the month"
-        before = "the day" if a == 1 else f"{a} days"
-        return f"{before} before the last day of the month"
+        return f"the last day of the month minus {a} day{'s' if a > 1 else ''}"
     if kind == "nearest":
-        return f"the weekday nearest day {a}"
+        return f"the weekday nearest day {a} of the month"
     if kind == "last_weekday":
         return "the last weekday of the month"
     if kind == "nth":

@@ -1,4 +1,12 @@
-"""Schedules in words, for the API and the dashboard."""
+"""Schedules in words, for the API and the dashboard.
+
+cron-descriptor words plain expressions well, and the six-field form (seconds first). For
+``L``, ``W`` and ``#`` it words single items right but garbles lists ("on the Monday and
+Wednesday of the month" for ``1#2,3#1``, "on the first weekday" for ``1W,15W``, "day 1 and
+L" for ``1,L``) and hides the OR of the two day fields (``13 * 5#2``). So expressions with
+day rules get their day part in our own words; cron-descriptor still words the times and
+the months. Nothing here raises: a description is cosmetic and never breaks a page.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +14,70 @@ from functools import lru_cache
 
 from cron_descriptor import ExpressionDescriptor
 
-from .model import CronSchedule, IntervalSchedule, Schedule
+from . import days
+from .cron import SPECS, compile_expression, field_items, split_fields
+from .model import CronSchedule, IntervalSchedule
 
 _UNITS = ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
+_WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+_DOM_SPEC, _DOW_SPEC = SPECS[2], SPECS[4]
+
+
+def _descriptor(expression: str) -> str:
+    return ExpressionDescriptor(expression, use_24hour_time_format=True).get_description()
 
 
 @lru_cache(maxsize=4096)
-def _cron_words(expression: str) -> str:
+def cron_words(expression: str) -> str:
+    """An expression in words (the expression itself if it cannot be described)."""
     try:
-        return ExpressionDescriptor(expression, use_24hour_time_format=True).get_description()
+        if compile_expression(expression).ruled:
+            return _ruled_words(split_fields(expression))
+        return _descriptor(expression)
     except Exception:  # the describer is cosmetic: never let it break a page
         return expression
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _values_words(values: list[int], name) -> str:
+    """Plain values in words: "Monday", "Monday through Friday", "day 1, 5 and 9"."""
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{name(values[0])} through {name(values[-1])}"
+    return _join([name(v) for v in values])
+
+
+def _field_words(text: str, weekday: bool) -> list[str]:
+    spec = _DOW_SPEC if weekday else _DOM_SPEC
+    words = []
+    for item in text.split(","):
+        mask, rules = field_items(spec, item)
+        words.extend(days.rule_words(rule) for rule in rules)
+        values = [v for v in range(32) if mask >> v & 1]
+        if values and weekday:
+            words.append(_values_words(values, lambda v: _WEEKDAYS[v]))
+        elif values:
+            prefix = "day " if len(values) == 1 else "days "
+            words.append(prefix + _values_words(values, str))
+    return words
+
+
+def _ruled_words(fields: list[str]) -> str:
+    dom, month, dow = fields[-3:]
+    matcher = compile_expression(" ".join(fields))
+    time = _descriptor(" ".join([*fields[:-3], "*", "*", "*"]))
+    parts = []
+    if not matcher.dom_any:
+        parts.append("on " + _join(_field_words(dom, weekday=False)))
+    if not matcher.dow_any:
+        parts.append("on " + _join(_field_words(dow, weekday=True)))
+    words = f"{time}, {', or '.join(parts)}"
+    if month != "*":
+        months = _descriptor(f"0 0 * {month} *")
+        words += months[len("At 00:00") :] if months.startswith("At 00:00,") else f", in {month}"
+    return words
 
 
 def interval_words(seconds: int) -> str:
@@ -27,10 +88,10 @@ def interval_words(seconds: int) -> str:
     raise AssertionError("unreachable: every integer is a multiple of 1")
 
 
-def describe(schedule: Schedule) -> str:
+def describe(schedule) -> str:
     """ "At 09:00, Monday through Friday (Europe/Berlin)", "Every 5 minutes"."""
     if isinstance(schedule, IntervalSchedule):
         return interval_words(schedule.seconds)
     if isinstance(schedule, CronSchedule):
-        return f"{_cron_words(schedule.expression)} ({schedule.timezone})"
+        return f"{cron_words(schedule.expression)} ({schedule.timezone})"
     raise TypeError(f"not a schedule: {type(schedule).__name__}")

@@ -12,6 +12,7 @@ import pytest
 from jobs.schedules import (
     CronSchedule,
     ScheduleError,
+    describe,
     iter_slots,
     next_fire,
     parse_cron,
@@ -404,3 +405,38 @@ def test_six_field_elapsed_time_in_new_york_fall_back():
     got = slots("0 30 * * * *", "America/New_York", utc(2026, 11, 1, 5), utc(2026, 11, 1, 7),
                 minimum_interval_seconds=60)  # fmt: skip
     assert [at for at, _ in got] == [utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 6, 30)]
+
+
+# --- descriptions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "words"),
+    [
+        ("0 0 L * *", "At 00:00, on the last day of the month"),
+        ("0 0 L-3 * *", "At 00:00, on the last day of the month minus 3 days"),
+        ("0 0 15W * *", "At 00:00, on the weekday nearest day 15 of the month"),
+        ("0 0 LW * *", "At 00:00, on the last weekday of the month"),
+        ("0 0 * * 1#2", "At 00:00, on the second Monday of the month"),
+        ("0 0 * * 5L", "At 00:00, on the last Friday of the month"),
+        ("0 0 * * 7L", "At 00:00, on the last Sunday of the month"),
+        # where cron-descriptor garbles lists or hides the OR of the two day fields
+        ("0 0 1,L * *", "At 00:00, on day 1 and the last day of the month"),
+        ("0 9 1W,15W * *", "At 09:00, on the weekday nearest day 1 of the month and the "
+         "weekday nearest day 15 of the month"),
+        ("0 0 * * 1,5L", "At 00:00, on Monday and the last Friday of the month"),
+        ("0 0 13 * 5#2", "At 00:00, on day 13, or on the second Friday of the month"),
+        ("0 9 L * 1-5", "At 09:00, on the last day of the month, or on Monday through Friday"),
+        ("0 0 L 2 *", "At 00:00, on the last day of the month, only in February"),
+        ("*/15 9-17 LW */3 *", "Every 15 minutes, between 09:00 and 17:59, on the last weekday "
+         "of the month, every 3 months"),
+        ("10 30 9 L * *", "At 09:30:10, on the last day of the month"),
+        ("30 0 9 * * 1-5", "At 09:00:30, Monday through Friday"),  # cron-descriptor's own
+    ],
+)  # fmt: skip
+def test_describe_extensions(expression, words):
+    assert describe(CronSchedule(expression, "Europe/Berlin")) == f"{words} (Europe/Berlin)"
+
+
+def test_describe_never_raises_on_a_bad_hand_built_schedule():
+    assert describe(CronSchedule("0 0 L-99 * *", "UTC")) == "0 0 L-99 * * (UTC)"

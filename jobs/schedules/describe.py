@@ -16,7 +16,17 @@ from cron_descriptor import ExpressionDescriptor
 
 from . import days
 from .cron import SPECS, compile_expression, field_items, split_fields
-from .model import CronSchedule, IntervalSchedule
+from .model import (
+    BoundedSchedule,
+    CronSchedule,
+    ExcludingSchedule,
+    IntervalSchedule,
+    OneOffSchedule,
+    Schedule,
+    UnionSchedule,
+    schedule_timezone,
+)
+from .zones import validate_timezone
 
 _UNITS = ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second"))
 _WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
@@ -88,10 +98,33 @@ def interval_words(seconds: int) -> str:
     raise AssertionError("unreachable: every integer is a multiple of 1")
 
 
-def describe(schedule) -> str:
-    """ "At 09:00, Monday through Friday (Europe/Berlin)", "Every 5 minutes"."""
+def _local(at, zone_name: str | None) -> str:
+    """An instant as local wall time with its offset: "2026-05-01 09:00+02:00"."""
+    local = at.astimezone(validate_timezone(zone_name)) if zone_name else at
+    text = local.isoformat(sep=" ", timespec="seconds" if local.second else "minutes")
+    return text.replace("+00:00", " UTC") if not zone_name or zone_name == "UTC" else text
+
+
+def describe(schedule: Schedule) -> str:
+    """ "At 09:00, Monday through Friday (Europe/Berlin)", "Every 5 minutes", "Once at
+    2026-05-01 09:00+02:00 (Europe/Berlin)"; wrappers add their bounds and calendars."""
     if isinstance(schedule, IntervalSchedule):
         return interval_words(schedule.seconds)
     if isinstance(schedule, CronSchedule):
         return f"{cron_words(schedule.expression)} ({schedule.timezone})"
+    if isinstance(schedule, OneOffSchedule):
+        skipped = ", skipped (in a DST gap)" if schedule.skip_reason else ""
+        return f"Once at {_local(schedule.at, schedule.timezone)} ({schedule.timezone}){skipped}"
+    if isinstance(schedule, BoundedSchedule):
+        zone, words = schedule_timezone(schedule), describe(schedule.schedule)
+        if schedule.start is not None:
+            words += f", from {_local(schedule.start, zone)}"
+        if schedule.end is not None:
+            words += f", ending before {_local(schedule.end, zone)}"
+        return words
+    if isinstance(schedule, UnionSchedule):
+        return "; ".join(describe(part) for part in schedule.parts)
+    if isinstance(schedule, ExcludingSchedule):
+        where = f"the dates of {schedule.calendar.name!r} ({schedule.timezone})"
+        return f"{describe(schedule.schedule)}, except on {where}"
     raise TypeError(f"not a schedule: {type(schedule).__name__}")

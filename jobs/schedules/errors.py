@@ -1,6 +1,8 @@
-"""The one exception the schedule package raises for bad input."""
+"""The exception the schedule package raises for bad input, and the "no more slots" signal."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 SCHEDULE_FIELDS = (
     "cron",
@@ -15,6 +17,11 @@ SCHEDULE_FIELDS = (
     "dst_gap",
     "dst_repeat",
     "jitter_seconds",
+    "start",
+    "end",
+    "at",
+    "parts",
+    "calendar",
 )
 
 
@@ -28,3 +35,13 @@ class ScheduleError(ValueError):
 
     def __repr__(self) -> str:
         return f"ScheduleError({self.message!r}, field={self.field!r})"
+
+
+class ScheduleEnded(Exception):  # a signal, like StopIteration: hence no "Error" in the name
+    """A bounded or one-off schedule has no slot after ``after`` (from :func:`next_slot`), or
+    no firing slot (from :func:`next_fire`). Not a ScheduleError: the schedule is valid, it
+    is over. ``next_slot_or_none`` and ``next_fire_or_none`` return None instead."""
+
+    def __init__(self, after: datetime, what: str = "slot"):
+        super().__init__(f"the schedule has no {what} after {after.isoformat()}")
+        self.after = after

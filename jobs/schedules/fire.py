@@ -14,6 +14,12 @@ wall time in a gap moves to the transition instant (dst_gap "shift", or a "dst" 
 with "skip"); a repeated wall time fires at its first, last or both occurrences
 (dst_repeat). Other jobs follow elapsed time: nothing in a gap, both occurrences of a
 repeated time. Instants are naive UTC internally and aware UTC at the API.
+
+Cron (five fields: whole minutes; six: whole seconds) and interval schedules are stepped
+here; the wrappers (one-off, bounded, union, excluding) by :mod:`.compose`, which calls back
+into this module for their parts. Only schedules that can end return None internally; at
+the API that is ``next_slot``/``next_fire`` raising :class:`ScheduleEnded`, the ``_or_none``
+variants returning None, and ``iter_slots`` stopping.
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from . import zones
+from . import compose, zones
 from .cron import compile_expression
-from .errors import ScheduleError
+from .errors import ScheduleEnded, ScheduleError
 from .interval import next_interval
 from .match import CronMatcher
 from .model import CronSchedule, IntervalSchedule, Schedule, Slot, check_aware
@@ -34,7 +40,7 @@ from .model import CronSchedule, IntervalSchedule, Schedule, Slot, check_aware
 SLOW_PATH_STEPS = 100_000  # far above any real need
 SECOND = timedelta(seconds=1)
 MAX_SKIPPED = 1000  # consecutive skipped slots before next_fire gives up
-Candidate = tuple[datetime, str | None]  # (naive UTC instant, skip reason)
+Candidate = compose.Candidate  # (naive UTC instant, skip reason)
 
 
 @dataclass(frozen=True)
@@ -127,43 +133,76 @@ def _cron_next(plan: _Plan, after: datetime) -> Candidate:
     return _slow_next(plan, after)
 
 
-def _next_naive(schedule: Schedule, after: datetime) -> Candidate:
+def _next_naive(schedule: Schedule, after: datetime) -> Candidate | None:
+    """The next slot strictly after the naive UTC ``after``; None: the schedule has ended."""
     if isinstance(schedule, CronSchedule):
         return _cron_next(_plan(schedule), after)
     if isinstance(schedule, IntervalSchedule):
         return next_interval(schedule, after), None
-    raise TypeError(f"not a schedule: {type(schedule).__name__}")
+    return compose.step(schedule, after, _next_naive)
+
+
+def _next_firing(schedule: Schedule, after: datetime) -> datetime | None:
+    """The next firing (not skipped) slot's naive UTC instant; None: no more firing."""
+    if isinstance(schedule, CronSchedule):
+        plan = _plan(schedule)
+        for _ in range(MAX_SKIPPED):
+            after, reason = _cron_next(plan, after)
+            if reason is None:
+                return after
+        raise _never_fires()
+    if isinstance(schedule, IntervalSchedule):
+        return next_interval(schedule, after)
+    return compose.step_firing(schedule, after, _next_firing)
+
+
+def next_slot_or_none(schedule: Schedule, after: datetime) -> Slot | None:
+    """The first slot strictly after ``after`` (any aware datetime), ``at`` aware UTC; None
+    when a bounded or one-off schedule has no slot left."""
+    found = _next_naive(schedule, to_utc_naive(after))
+    return None if found is None else Slot(found[0].replace(tzinfo=UTC), found[1])
 
 
 def next_slot(schedule: Schedule, after: datetime) -> Slot:
-    """The first slot strictly after ``after`` (any aware datetime); ``at`` is aware UTC."""
-    at, reason = _next_naive(schedule, to_utc_naive(after))
-    return Slot(at.replace(tzinfo=UTC), reason)
+    """The first slot strictly after ``after`` (any aware datetime); ``at`` is aware UTC.
+    Raises :class:`ScheduleEnded` when there is none (only bounded and one-off schedules
+    end; cron and interval schedules always have a next slot)."""
+    slot = next_slot_or_none(schedule, after)
+    if slot is None:
+        raise ScheduleEnded(after)
+    return slot
 
 
 def _iterate(schedule: Schedule, after: datetime, until: datetime | None) -> Iterator[Slot]:
     while True:
-        at, reason = _next_naive(schedule, after)
-        if until is not None and at > until:
+        found = _next_naive(schedule, after)
+        if found is None or (until is not None and found[0] > until):
             return
-        yield Slot(at.replace(tzinfo=UTC), reason)
-        after = at
+        yield Slot(found[0].replace(tzinfo=UTC), found[1])
+        after = found[0]
 
 
 def iter_slots(
     schedule: Schedule, after: datetime, until: datetime | None = None
 ) -> Iterator[Slot]:
-    """Slots with after < at <= until (unbounded if until is None), strictly increasing."""
+    """Slots with after < at <= until (unbounded if until is None), strictly increasing;
+    stops after the last slot of a schedule that ends."""
     start = to_utc_naive(after)
     end = None if until is None else to_utc_naive(until, "until")
     return _iterate(schedule, start, end)
 
 
+def next_fire_or_none(schedule: Schedule, after: datetime) -> datetime | None:
+    """The first non-skipped slot's instant strictly after ``after`` (aware UTC); None when
+    the schedule has no firing slot left."""
+    found = _next_firing(schedule, to_utc_naive(after))
+    return None if found is None else found.replace(tzinfo=UTC)
+
+
 def next_fire(schedule: Schedule, after: datetime) -> datetime:
-    """The first non-skipped slot's instant strictly after ``after`` (aware UTC)."""
-    moment = to_utc_naive(after)
-    for _ in range(MAX_SKIPPED):
-        moment, reason = _next_naive(schedule, moment)
-        if reason is None:
-            return moment.replace(tzinfo=UTC)
-    raise _never_fires()
+    """The first non-skipped slot's instant strictly after ``after`` (aware UTC). Raises
+    :class:`ScheduleEnded` when there is none."""
+    found = next_fire_or_none(schedule, after)
+    if found is None:
+        raise ScheduleEnded(after, "firing slot")
+    return found

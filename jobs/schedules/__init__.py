@@ -12,7 +12,8 @@ No Django, Redis or database imports here.
 * Wrappers (nest freely): :func:`bounded` (start inclusive, end exclusive), :func:`union`
   (several specs; one slot per instant, which fires if any part fires there) and
   :func:`excluding` (slots on the dates of an :class:`ExclusionCalendar`, local dates in a
-  zone, come out as ``Slot(at, "excluded")``).
+  zone, come out as ``Slot(at, "excluded")``); :func:`calendar_from_ics` reads a calendar
+  from iCalendar VEVENTs.
 * Stepping: :func:`next_slot`, :func:`iter_slots`, :func:`next_fire`. Cron and interval
   schedules never end; a schedule that can end signals it: ``next_slot``/``next_fire`` raise
   :class:`ScheduleEnded`, ``next_slot_or_none``/``next_fire_or_none`` return None and
@@ -25,6 +26,7 @@ from .describe import describe
 from .errors import ScheduleEnded, ScheduleError
 from .exclusions import ExclusionCalendar, exclusion_calendar
 from .fire import iter_slots, next_fire, next_fire_or_none, next_slot, next_slot_or_none
+from .ics import calendar_from_ics
 from .interval import MAX_INTERVAL_SECONDS, interval_schedule
 from .jitter import jitter_seconds_for
 from .model import (
@@ -58,6 +60,7 @@ __all__ = [
     "Slot",
     "UnionSchedule",
     "bounded",
+    "calendar_from_ics",
     "describe",
     "excluding",
     "exclusion_calendar",

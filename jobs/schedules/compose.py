@@ -11,7 +11,7 @@ rather than slot by slot). None means the schedule has nothing more: it has ende
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 
 from . import zones
 from .model import (
@@ -51,7 +51,7 @@ def _earlier(candidate: Candidate, best: Candidate | None) -> bool:
     return candidate[0] == best[0] and candidate[1] is None and best[1] is not None
 
 
-def local_date(schedule: ExcludingSchedule, at: datetime):
+def local_date(schedule: ExcludingSchedule, at: datetime) -> date:
     zone = zones.validate_timezone(schedule.timezone)
     return (at + zones.offset_at(zone, at)).date()
 
@@ -78,7 +78,7 @@ def step(schedule: Schedule, after: datetime, next_of: NextOf) -> Candidate | No
     raise TypeError(f"not a schedule: {type(schedule).__name__}")
 
 
-def _past_span(schedule: ExcludingSchedule, last_day, at: datetime) -> datetime:
+def _past_span(schedule: ExcludingSchedule, last_day: date, at: datetime) -> datetime:
     """An instant from which to look for the next firing once ``at`` fell on an excluded
     range ending ``last_day``: no later than the first instant of the next local day (the
     zone's largest offset around it is used, so a DST change there cannot make it late),

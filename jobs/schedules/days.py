@@ -9,6 +9,11 @@ in a month with fewer than k of them) and ``dL`` (the last weekday d). ``d`` is 
 ``nW`` never leaves the month (Quartz): Saturday -> the Friday before, except on the 1st ->
 Monday the 3rd; Sunday -> the Monday after, except on the last day -> the Friday before.
 Each rule selects at most one day per month, so a month's matching days are a 31-bit mask.
+
+Beyond Quartz (and croniter), a rule may be one item of a comma list (``1W,15W``, ``1,L``,
+``1#1,3#3``): each item selects its days, the field their union. Refused: ``L`` alone in
+day-of-week (Quartz reads it as Saturday, croniter refuses it: it names no weekday), ranges
+or steps with a rule (``1-5W``, ``1-5#2``, ``L/2``) and ``L-nW``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ the months. Nothing here raises: a description is cosmetic and never breaks a pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from functools import lru_cache
 
 from cron_descriptor import ExpressionDescriptor
@@ -52,7 +54,7 @@ def _join(words: list[str]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
-def _values_words(values: list[int], name) -> str:
+def _values_words(values: list[int], name: Callable[[int], str]) -> str:
     """Plain values in words: "Monday", "Monday through Friday", "day 1, 5 and 9"."""
     if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
         return f"{name(values[0])} through {name(values[-1])}"
@@ -98,7 +100,7 @@ def interval_words(seconds: int) -> str:
     raise AssertionError("unreachable: every integer is a multiple of 1")
 
 
-def _local(at, zone_name: str | None) -> str:
+def _local(at: datetime, zone_name: str | None) -> str:
     """An instant as local wall time with its offset: "2026-05-01 09:00+02:00"."""
     local = at.astimezone(validate_timezone(zone_name)) if zone_name else at
     text = local.isoformat(sep=" ", timespec="seconds" if local.second else "minutes")

@@ -48,6 +48,7 @@ class EngineConfig:
     misfire_max_age_seconds: int = 86400
     visibility_timeout_seconds: float = 300.0
     fire_chunk: int = 2000
+    fire_chunk_schemas: int = 50  # tenant schemas one fire transaction touches at most
     sweep_budget_seconds: float = 0.25  # per sweep per iteration
     rebuild_budget_seconds: float = 0.4  # per iteration while a rebuild runs
 

@@ -65,13 +65,32 @@ def fire(engine: Engine) -> FireStats:
     now = engine.clock.now()
     stats = FireStats()
     due = engine.runs.pop_due(now.timestamp())
-    for start in range(0, len(due), engine.config.fire_chunk):
+    for chunk in chunks(due, engine.config.fire_chunk, engine.config.fire_chunk_schemas):
         engine.checkpoint()
-        _fire_chunk(engine, due[start : start + engine.config.fire_chunk], now, stats)
+        _fire_chunk(engine, chunk, now, stats)
     engine.last_fire = stats
     if engine.lag_log is not None:
         engine.lag_log.extend(stats.lags)
     return stats
+
+
+def chunks(due: list[Pending], runs: int, schemas: int) -> list[list[Pending]]:
+    """Consecutive chunks of at most `runs` runs of at most `schemas` schemas each: one
+    transaction holds about a dozen locks per schema it touches (every table and index of
+    the statements), which must stay far below PostgreSQL's shared lock table, and a
+    chunk is the unit between two lease renewals."""
+    out: list[list[Pending]] = []
+    chunk: list[Pending] = []
+    seen: set[str] = set()
+    for entry in due:
+        if chunk and (len(chunk) >= runs or (entry.schema not in seen and len(seen) >= schemas)):
+            out.append(chunk)
+            chunk, seen = [], set()
+        chunk.append(entry)
+        seen.add(entry.schema)
+    if chunk:
+        out.append(chunk)
+    return out
 
 
 def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireStats) -> None:

@@ -6,7 +6,7 @@ class SchedulerLease(models.Model):
 
     A leader checks `epoch = mine` with FOR SHARE inside every transaction that writes
     schedule state; a new leader's bump waits for those transactions and then makes the
-    old leader's later writes fail (DESIGN.md invariant 3).
+    old leader's later writes fail (invariant 3, docs/invariants.md).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             result = {"error": f"{exc.__class__.__name__}: {exc}", "checks": {"ran": False}}
         finally:
-            harness.drop_chaos_tenants()
+            if not os.environ.get("CHAOS_KEEP"):  # CHAOS_KEEP=1 leaves them, to look at
+                harness.drop_chaos_tenants()
         result = {"scenario": name, "seconds": round(time.monotonic() - started, 1), **result}
         result["logs"] = str(workdir)
         failed |= not all(result["checks"].values())

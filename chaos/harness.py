@@ -338,7 +338,9 @@ class PrivatePostgres:
 
     def restart(self) -> float:
         started = time.monotonic()
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "restart")
+        # -l: the server's output must not hold pg_ctl's pipes open (run() would wait on them)
+        log = str(self.dir / "log")
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-l", log, "-w", "restart")
         return time.monotonic() - started
 
     def stop(self) -> None:
@@ -427,6 +429,22 @@ def every_second_jobs(tenant, count: int, **extra) -> list:
     return jobs
 
 
+def minutely_job(tenant):
+    """A cron job (so that its time zone matters), every minute."""
+    from django_tenants.utils import schema_context
+
+    from core.clock import SystemClock
+    from jobs.services import Actor, job_create
+
+    data = {
+        "name": "minutely",
+        "schedule": {"cron": "* * * * *", "timezone": "Europe/Berlin"},
+        "target": {"type": "task", "task": "chaos.record"},
+    }
+    with schema_context(tenant.schema_name):
+        return job_create(tenant=tenant, actor=Actor("chaos"), data=data, clock=SystemClock())
+
+
 @dataclass
 class SlotRun:
     job_id: int
@@ -460,13 +478,15 @@ def executions(client) -> list[str]:
 
 
 def expected_slots(job, since: datetime, until: datetime) -> list[datetime]:
+    """The job's slots in [since, until), none before the job existed."""
     from datetime import timedelta
 
     from jobs.schedule_fields import schedule_of
     from jobs.schedules import iter_slots
 
+    start = max(since, job.created_at) - timedelta(microseconds=1)
     end = until - timedelta(microseconds=1)
-    return [s.at for s in iter_slots(schedule_of(job), since - timedelta(microseconds=1), end)]
+    return [s.at for s in iter_slots(schedule_of(job), start, end)]
 
 
 def ledger(
@@ -583,3 +603,13 @@ class BrokerTap(Watcher):
                 origin = message["headers"]["origin"]
                 self.messages.append({"run": args[1], "origin": origin, "at": now})
             self.seen[key] = length
+
+
+def merge_ledgers(ledgers: list[dict]) -> dict:
+    """The ledgers of several tenants (job ids repeat across tenants: one ledger each)."""
+    return {
+        "slots": sum(x["slots"] for x in ledgers),
+        "lost": sum(x["lost"] for x in ledgers),
+        "doubled": sum(x["doubled"] for x in ledgers),
+        "examples": [e for x in ledgers for e in x["examples"]][:5],
+    }

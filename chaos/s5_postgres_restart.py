@@ -57,9 +57,12 @@ def run(workdir: Path, *, small: bool) -> dict:
             fleet.add(h.scheduler(workdir, "s", env))
             fleet.add(h.worker(workdir, "w", env, "-P", "threads", "-c", "20"))
             h.wait_for(lambda: ledger.llen(LEDGER_KEY) > job_count * 3, timeout=60)
+            _say("restarting PostgreSQL")
             down = pg.restart()
             back = time.time()
+            _say(f"PostgreSQL back after {down:.2f}s")
             ready_after = h.wait_for(lambda: _ready(port) and time.time(), timeout=120) - back
+            _say("web ready")
             fired_after = (
                 h.wait_for(lambda: _fired_since(pg, info["schema"], back), timeout=120) - back
             )
@@ -107,6 +110,10 @@ def _manage(env: dict, *args: str) -> str:
     )
     lines = result.stdout.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+def _say(text: str) -> None:
+    print(f"[postgres-restart] {text}", file=sys.stderr, flush=True)
 
 
 def _ready(port: int) -> bool:

@@ -43,7 +43,7 @@ def run(workdir: Path, *, small: bool) -> dict:
         cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, "runs_run")))
         cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, "jobs_job")))
     at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=25)
-    copy_jobs(tenant, due, at, cron="0 * * * *", name="burst")  # hourly: one slot each
+    copy_jobs(tenant, due, at, spread_seconds=1, name="burst")  # hourly, all due at `at`
     with connection.cursor() as cursor:
         cursor.execute(
             sql.SQL("UPDATE {} SET payload = %s").format(table(tenant.schema_name, "jobs_job")),

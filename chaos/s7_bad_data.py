@@ -41,8 +41,9 @@ def run(workdir: Path, *, small: bool) -> dict:
     good = [h.chaos_tenant(f"chaos-good-{n}") for n in range(2)]
     bad = h.chaos_tenant("chaos-badzone")
     gone = h.chaos_tenant("chaos-gone")
-    good_jobs = [job for tenant in good for job in h.every_second_jobs(tenant, 5)]
-    bad_job = h.every_second_jobs(bad, 2)[0]
+    good_jobs = {tenant: h.every_second_jobs(tenant, 5) for tenant in good}
+    h.every_second_jobs(bad, 2)
+    bad_job = h.minutely_job(bad)
     h.every_second_jobs(gone, 2)
     env = h.process_env(**ENV)
     with h.Fleet(workdir) as fleet:
@@ -52,8 +53,12 @@ def run(workdir: Path, *, small: bool) -> dict:
         time.sleep(3)
         since = datetime.now(UTC).replace(microsecond=0)
         with connection.cursor() as cursor:
+            # As after a tzdata update: the zone is gone. Its next slot is made due now, so
+            # that the leader meets it within the window (the reconciliation sweep finds the
+            # index score later than the row and puts it back).
             cursor.execute(
-                f'UPDATE "{bad.schema_name}".jobs_job SET timezone = %s WHERE id = %s',
+                f'UPDATE "{bad.schema_name}".jobs_job SET timezone = %s, '
+                "next_run_at = now() + interval '2 s' WHERE id = %s",
                 ["Mars/Olympus", bad_job.id],
             )
         time.sleep(3)
@@ -66,13 +71,17 @@ def run(workdir: Path, *, small: bool) -> dict:
         alive = sum(p.alive() for p in schedulers)
     with schema_context(bad.schema_name):
         parked = Job.objects.get(id=bad_job.id)
-    runs = [r for tenant in good for r in h.slot_runs(tenant, since, until)]
-    ledger = h.ledger(runs, good_jobs, since, until, h.executions(ledger_client()))
-    lateness = [(r.queued_at - r.scheduled_for).total_seconds() for r in runs if r.queued_at]
-    gap = _worst_gap(runs)
+    executed = h.executions(ledger_client())
+    ledgers, lateness, gap = [], [], 0.0
+    for tenant, jobs in good_jobs.items():
+        runs = h.slot_runs(tenant, since, until)
+        ledgers.append(h.ledger(runs, jobs, since, until, executed))
+        lateness += [(r.queued_at - r.scheduled_for).total_seconds() for r in runs if r.queued_at]
+        gap = max(gap, _worst_gap(runs))
+    ledger = h.merge_ledgers(ledgers)
     failing = [f["schema"] for f in status["failing_tenants"]]
     return {
-        "healthy_jobs": len(good_jobs),
+        "healthy_jobs": sum(len(jobs) for jobs in good_jobs.values()),
         "healthy_lateness_seconds": h.summary(lateness),
         "healthy_worst_gap_seconds": round(gap, 3),
         "schedulers_alive": alive,

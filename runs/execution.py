@@ -8,15 +8,17 @@ delivery claims nothing and a late finish cannot overwrite a run that moved on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
@@ -214,6 +216,46 @@ def release_connection() -> None:
         connection.close()
 
 
+class DatabaseUnavailable(Exception):
+    """The run could not be claimed because PostgreSQL did not answer: the delivery should
+    go back to the broker (nothing was done), not be acknowledged as handled."""
+
+
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+FINISH_TRIES = 8  # about 12 s of waiting, bounded
+
+
+def _reconnect() -> None:
+    """Drop a connection that failed, so that the next statement opens a new one."""
+    with contextlib.suppress(Exception):
+        connection.close()
+
+
+def claim_or_requeue(**claim) -> Claimed | None:
+    try:
+        return claim_run(**claim)
+    except CONNECTION_ERRORS as exc:
+        _reconnect()
+        raise DatabaseUnavailable(str(exc)) from exc
+
+
+def finish_with_retries(
+    claimed: Claimed, outcome: Outcome, clock: Clock, sleep=time.sleep
+) -> Decision | None:
+    """Record the outcome, trying again (bounded) while the database is unreachable: the
+    attempt has run, and losing its result would make the reaper run it again. The finish
+    is conditional on the attempt, so trying twice cannot record it twice."""
+    for try_number in range(1, FINISH_TRIES + 1):
+        try:
+            return finish_run(claimed, outcome, clock.now())
+        except CONNECTION_ERRORS:
+            if try_number == FINISH_TRIES:
+                raise
+            _reconnect()
+            sleep(min(0.25 * 2 ** (try_number - 1), 4.0))
+    return None
+
+
 def run_execute(
     *,
     schema: str,
@@ -224,7 +266,7 @@ def run_execute(
     heartbeats: Heartbeats | None = None,
 ) -> str:
     """Execute one delivery of a run message; returns what happened (for logs and tests)."""
-    claimed = claim_run(
+    claimed = claim_or_requeue(
         schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
     )
     if claimed is None:
@@ -248,7 +290,7 @@ def run_execute(
     finally:
         if heartbeats:
             heartbeats.untrack(schema, run_id, attempt)
-    decision = finish_run(claimed, outcome, clock.now())
+    decision = finish_with_retries(claimed, outcome, clock)
     if decision is None:
         return "superseded"
     notify_finished(claimed)

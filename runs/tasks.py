@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from celery import shared_task
+from celery.exceptions import Reject
 from django.conf import settings
 from django.db import connection
 
 from core.clock import SystemClock
 
-from .execution import run_execute
+from .execution import DatabaseUnavailable, run_execute
 from .heartbeat import Heartbeats
 
 WORKER = socket.gethostname()
 CLOCK = SystemClock()
 HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS)
+REQUEUE_PAUSE_SECONDS = 1.0
 
 
 @shared_task(
@@ -31,6 +34,11 @@ def execute_run(schema: str, run_id: str, attempt: int) -> str:
             clock=CLOCK,
             heartbeats=HEARTBEATS,
         )
+    except DatabaseUnavailable:
+        # Nothing was done: the delivery goes back to the broker (after a pause, so that a
+        # database outage is not a hot loop) rather than waiting for the reaper.
+        time.sleep(REQUEUE_PAUSE_SECONDS)
+        raise Reject("database unavailable: delivery requeued", requeue=True) from None
     finally:
         # A reused connection must never carry a tenant's search_path into the next task.
         if connection.schema_name != "public":

@@ -1,4 +1,4 @@
-"""Next-fire computation with the DST policy (DESIGN.md section 6, reference time-and-dst.md).
+"""Next-fire computation with the DST policy (docs/adr/0004-cron-matcher.md).
 
 The expression is evaluated on wall-clock time in the schedule's zone and mapped to UTC:
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             "schedule_math": schedule_math.run(number=2000, repeats=1),
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
-            "many_tenants": many_tenants.run(100, 40),
+            "many_tenants": many_tenants.run(50, 10),
         }
     if args.json:
         print(json.dumps(result, default=str))

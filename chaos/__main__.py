@@ -39,11 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from importlib import import_module
 
+    from core.redis import get_redis
+
     from . import harness
 
     failed = False
     for name in args.scenarios or list(SCENARIOS):
         workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
+        get_redis().flushdb()  # each scenario starts with an empty broker and index
         started = time.monotonic()
         try:
             result = import_module(f"chaos.{SCENARIOS[name]}").run(workdir, small=args.small)

@@ -1,4 +1,8 @@
-"""Tenant id -> schema name, cached in the leader and refreshed when an id is unknown."""
+"""Tenant id -> schema name, cached in the leader and refreshed when an id is unknown.
+
+Suspended tenants are left out: to the engine they do not exist, so none of their jobs is
+materialised or fired (`tenants.services.tenant_suspend`); once resumed, they are back at
+the next refresh."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ class TenantDirectory:
     def refresh(self) -> None:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT id, schema_name FROM public.tenants_tenant WHERE schema_name <> 'public'"
+                "SELECT id, schema_name FROM public.tenants_tenant"
+                " WHERE schema_name <> 'public' AND suspended_at IS NULL"
             )
             self._schemas = dict(cursor.fetchall())
 

@@ -55,6 +55,16 @@ def _audit(
     )
 
 
+def audit_record(
+    *, actor: Actor, action: str, job_id: int | None = None, changes: dict | None = None
+) -> None:
+    """An audit event for an action that is no job's own (tokens, members, a tenant's
+    suspension), in the current tenant schema."""
+    AuditEvent.objects.create(
+        actor=actor.label, action=action, job_id=job_id, changes=changes or {}
+    )
+
+
 def first_slot_after(job: Job, now: datetime) -> datetime | None:
     schedule = schedule_of(job)
     return next_slot(schedule, now).at if schedule is not None else None

@@ -135,6 +135,54 @@ def dlq_replay(*, tenant: Tenant, actor: Actor, run_ids: list[Any], clock: Clock
     return result
 
 
+@dataclass
+class BulkDiscard:
+    discarded: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    not_discardable: dict[str, str] = field(default_factory=dict)
+
+
+def _discard_one(actor: Actor, run: Run, now: datetime) -> None:
+    last_error = run.error
+    run.status, run.finished_at = states.CANCELLED, now
+    run.error = f"discarded from the dead-letter queue by {actor.label}"
+    if last_error:
+        run.error += f"; last error: {last_error}"[:2000]
+    run.save(update_fields=["status", "finished_at", "error"])
+    _audit(actor, "discard", run, {"from": states.DEAD, "last_error": last_error[:500]})
+
+
+def run_discard(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Run:
+    """Take a dead run out of the dead-letter queue for good: it becomes `cancelled`, its
+    attempts and last error stay readable. Only dead runs can be discarded."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(id=run_id).first()
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.status not in states.DISCARDABLE:
+            raise RunStateError(f"only dead runs can be discarded; this one is {run.status}")
+        _discard_one(actor, run, clock.now())
+    return run
+
+
+def dlq_discard(*, tenant: Tenant, actor: Actor, run_ids: list[Any], clock: Clock) -> BulkDiscard:
+    """`run_discard` for many runs, each independently (like `dlq_replay`)."""
+    result = BulkDiscard()
+    now = clock.now()
+    with transaction.atomic():
+        runs = {str(r.id): r for r in Run.objects.select_for_update().filter(id__in=run_ids)}
+        for run_id in map(str, run_ids):
+            run = runs.get(run_id)
+            if run is None:
+                result.not_found.append(run_id)
+            elif run.status not in states.DISCARDABLE:
+                result.not_discardable[run_id] = f"status is {run.status}, not dead"
+            else:
+                _discard_one(actor, run, now)
+                result.discarded.append(run_id)
+    return result
+
+
 def job_backfill(
     *, tenant: Tenant, actor: Actor, job_id: int, start: datetime, end: datetime, clock: Clock
 ) -> list[Run]:

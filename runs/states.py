@@ -3,7 +3,7 @@
     scheduled ──▶ queued ──▶ running ──▶ succeeded
         │            │          │
         │            │          ├──▶ retrying ──▶ queued ──▶ running ...   (a new attempt)
-        │            │          └──▶ dead ──(replay)──▶ retrying
+        │            │          └──▶ dead ──(replay)──▶ retrying, ──(discard)──▶ cancelled
         └──▶ skipped └──▶ cancelled (from any status that has not ended)
 
 - `scheduled`: created for a slot (or by a trigger) and waiting for the leader's admission.
@@ -12,7 +12,7 @@
 - `queued`: admitted; its message is in the broker. `running`: a worker claimed it.
 - `succeeded`, `dead` (the DLQ: attempts exhausted, or a target that cannot be prepared),
   `skipped` (with a reason) and `cancelled` are where a run ends; only `dead` goes on,
-  by a replay.
+  by a replay (back to `retrying`) or a discard (to `cancelled`, leaving the DLQ).
 
 A failed attempt is recorded as an attempt (`runs.Attempt.outcome = failed`); the run itself
 goes straight to `retrying` or `dead`, so there is no `failed` run status. Every status
@@ -41,7 +41,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     RETRYING: frozenset({QUEUED, SKIPPED, CANCELLED}),
     QUEUED: frozenset({RUNNING, CANCELLED}),
     RUNNING: frozenset({SUCCEEDED, RETRYING, DEAD, CANCELLED}),
-    DEAD: frozenset({RETRYING}),  # replay: a new attempt awaits admission
+    # replay: a new attempt awaits admission; discard: out of the DLQ for good
+    DEAD: frozenset({RETRYING, CANCELLED}),
     SUCCEEDED: frozenset(),
     SKIPPED: frozenset(),
     CANCELLED: frozenset(),
@@ -83,7 +84,9 @@ def sources_of(new: str) -> tuple[str, ...]:
 CLAIMABLE = sources_of(RUNNING)  # a worker's claim
 ADMITTABLE = sources_of(QUEUED)  # the leader's fire
 SKIPPABLE = sources_of(SKIPPED)  # overlap, misfire, paused at admission
-CANCELLABLE = sources_of(CANCELLED)  # a cancel, `replace`, a deleted job
+# a cancel, `replace`, a deleted job (a dead run leaves the DLQ by a discard instead)
+CANCELLABLE = tuple(s for s in sources_of(CANCELLED) if s != DEAD)
+DISCARDABLE = (DEAD,)  # a discard: a dead run the tenant gives up on becomes cancelled
 REPLAYABLE = tuple(s for s in sources_of(RETRYING) if s != RUNNING)  # a replay: dead
 FINISHABLE = (RUNNING,)  # a worker's finish, the reaper's lost attempt
 

@@ -13,6 +13,10 @@ class Tenant(TenantMixin):
     weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     max_concurrency = models.PositiveIntegerField(default=100, validators=[MinValueValidator(1)])
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set by an operator (tenants.services.tenant_suspend): the leader fires none of the
+    # tenant's jobs, its API answers 403 and its portal a page saying so.
+    suspended_at = models.DateTimeField(null=True, blank=True)
+    suspended_reason = models.CharField(max_length=500, blank=True, default="")
 
     auto_create_schema = True
     auto_drop_schema = False
@@ -22,6 +26,10 @@ class Tenant(TenantMixin):
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def suspended(self) -> bool:
+        return self.suspended_at is not None
 
 
 class Domain(DomainMixin):

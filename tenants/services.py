@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -94,3 +95,25 @@ def tenant_provision(
         admin_password=password,
         token=issued,
     )
+
+
+def tenant_suspend(*, tenant: Tenant, reason: str = "", now: datetime) -> bool:
+    """Suspend a tenant: the leader stops firing its jobs (beat/tenant_directory.py leaves
+    it out), its API answers 403 and its portal says so. Runs already admitted finish.
+    False if it was suspended already (the first suspension's time stays)."""
+    changed = Tenant.objects.filter(pk=tenant.pk, suspended_at__isnull=True).update(
+        suspended_at=now, suspended_reason=reason[:500]
+    )
+    tenant.refresh_from_db(fields=["suspended_at", "suspended_reason"])
+    return bool(changed)
+
+
+def tenant_resume(*, tenant: Tenant) -> bool:
+    """Lift a suspension. Slots missed meanwhile follow each job's misfire policy (the
+    leader's reconciliation sweep puts the tenant's due jobs back within
+    SCHEDULER_RELAY_INTERVAL_SECONDS). False if it was not suspended."""
+    changed = Tenant.objects.filter(pk=tenant.pk, suspended_at__isnull=False).update(
+        suspended_at=None, suspended_reason=""
+    )
+    tenant.refresh_from_db(fields=["suspended_at", "suspended_reason"])
+    return bool(changed)

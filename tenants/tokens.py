@@ -52,3 +52,24 @@ def token_authenticate(plain: str) -> ApiToken | None:
 
 def token_revoke(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+class TokenNotFound(Exception):
+    pass
+
+
+def token_list(*, tenant: Tenant):
+    """The tenant's tokens, newest first, revoked ones included (they show when)."""
+    return ApiToken.objects.filter(tenant=tenant).order_by("-created_at", "-id")
+
+
+def token_revoke_for_tenant(*, tenant: Tenant, token_id: int) -> ApiToken:
+    """Revoke one of the tenant's own tokens (another tenant's id is not found). Revoking a
+    revoked token changes nothing. The token stops working at once: authentication reads
+    `revoked_at` on every request."""
+    token = ApiToken.objects.filter(tenant=tenant, pk=token_id).first()
+    if token is None:
+        raise TokenNotFound(token_id)
+    token_revoke(token=token)
+    token.refresh_from_db(fields=["revoked_at"])
+    return token

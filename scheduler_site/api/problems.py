@@ -29,6 +29,13 @@ TYPE_BASE = "urn:tickwork:problem:"
 VALIDATION = TYPE_BASE + "validation-error"
 QUOTA = TYPE_BASE + "quota-exceeded"
 RUN_STATE = TYPE_BASE + "run-state-conflict"
+TENANT_SUSPENDED = TYPE_BASE + "tenant-suspended"
+
+
+class TenantSuspendedError(Exception):
+    """The request's tenant is suspended by an operator: nothing it asks is done."""
+
+
 Errors = dict[str, list[str]]
 
 
@@ -90,6 +97,8 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return problem(400, str(exc), type_=QUOTA)
     if isinstance(exc, RunStateError):
         return problem(409, str(exc), type_=RUN_STATE)
+    if isinstance(exc, TenantSuspendedError):
+        return problem(403, str(exc), type_=TENANT_SUSPENDED)
     return None
 
 
@@ -144,7 +153,8 @@ class ProblemSerializer(serializers.Serializer):
 DESCRIPTIONS = {
     400: "Invalid input: `errors` names each field and why.",
     401: "No credentials, an unknown or revoked token, or a token of another tenant.",
-    403: "Session authentication without a valid CSRF token.",
+    403: "Session authentication without a valid CSRF token, or the tenant is suspended "
+    "(type urn:tickwork:problem:tenant-suspended).",
     404: "No such object in this tenant.",
     405: "Method not allowed.",
     406: "Only application/json responses are offered.",
@@ -156,7 +166,7 @@ DESCRIPTIONS = {
 
 
 # The problems any authenticated endpoint may answer, and those of one with a JSON body.
-READ_PROBLEMS = (401, 406)
+READ_PROBLEMS = (401, 403, 406)
 WRITE_PROBLEMS = (400, 401, 403, 406, 413, 415)
 
 

@@ -16,6 +16,7 @@ from core.clock import Clock, SystemClock
 
 from .authentication import actor_of, leave_token_tenant, tenant_of
 from .parsers import check_declared_size
+from .problems import TenantSuspendedError
 
 
 class ApiView(APIView):
@@ -28,6 +29,13 @@ class ApiView(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         check_declared_size(request.META)
         super().initial(request, *args, **kwargs)
+        tenant = getattr(request._request, "tenant", None)
+        if getattr(tenant, "suspended_at", None) is not None:
+            raise TenantSuspendedError(
+                f"The tenant {tenant.slug!r} is suspended by the operators since "
+                f"{tenant.suspended_at:%Y-%m-%d %H:%M} UTC; its API accepts no request "
+                "until it is resumed."
+            )
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:

@@ -4,31 +4,17 @@ its `H` values may differ)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from zoneinfo import ZoneInfo
-
-from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from jobs.schedules import (
-    DST_GAP_CHOICES,
-    DST_REPEAT_CHOICES,
-    MAX_INTERVAL_SECONDS,
-    Schedule,
-    ScheduleError,
-    describe,
-    interval_schedule,
-    next_fire,
-    parse_cron,
-)
+from jobs.preview import schedule_preview
+from jobs.schedules import DST_GAP_CHOICES, DST_REPEAT_CHOICES, MAX_INTERVAL_SECONDS, ScheduleError
 from scheduler_site.api.fields import InstantField, query
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
-PREVIEW_SEED = "preview"
 MAX_COUNT = 50
 # ScheduleError.field -> the query parameter to blame; the cron fields (minute, hour, ...)
 # belong to `cron`, and the message names the field.
@@ -76,31 +62,6 @@ class PreviewSerializer(serializers.Serializer):
     )
 
 
-def _schedule(params: dict, start: datetime) -> tuple[Schedule, ZoneInfo]:
-    if "cron" in params:
-        schedule = parse_cron(
-            params["cron"],
-            timezone=params["timezone"],
-            seed=PREVIEW_SEED,
-            dst_gap=params["dst_gap"],
-            dst_repeat=params["dst_repeat"],
-        )
-        return schedule, ZoneInfo(schedule.timezone)
-    anchor = start.replace(microsecond=0)
-    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
-    return interval_schedule(
-        params["interval_seconds"], anchor=anchor, minimum_seconds=minimum
-    ), ZoneInfo("UTC")
-
-
-def fire_times(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
-    times, after = [], start
-    for _ in range(count):
-        after = next_fire(schedule, after)
-        times.append(after)
-    return times
-
-
 class SchedulePreviewView(ApiView):
     @extend_schema(
         operation_id="schedule_preview",
@@ -113,16 +74,20 @@ class SchedulePreviewView(ApiView):
         params = query(PreviewQuerySerializer, request)
         start = params.get("start") or self.clock.now()
         try:
-            schedule, zone = _schedule(params, start)
-            times = fire_times(schedule, start, params["count"])
+            preview = schedule_preview(
+                cron=params.get("cron"),
+                timezone=params["timezone"],
+                interval_seconds=params.get("interval_seconds"),
+                start=start,
+                count=params["count"],
+                dst_gap=params["dst_gap"],
+                dst_repeat=params["dst_repeat"],
+            )
         except ScheduleError as exc:
             field = PARAMETER_OF.get(exc.field or "", "cron")
             raise serializers.ValidationError({field: [str(exc)]}) from None
         except OverflowError:
             raise serializers.ValidationError({"start": ["too close to the end of time"]}) from None
         return Response(
-            {
-                "description": describe(schedule),
-                "next": [at.astimezone(zone).isoformat() for at in times],
-            }
+            {"description": preview.description, "next": [at.isoformat() for at in preview.times]}
         )

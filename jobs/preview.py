@@ -1,0 +1,114 @@
+"""A schedule's next fire times before (or while) it is saved: the API's
+`GET /schedule/preview` and the portal's live preview both call `schedule_preview`.
+
+`H` fields resolve with `seed`: the fixed "preview" for a job not created yet (a new job
+gets its own seed, so its `H` values may differ), the job's own seed when editing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+
+from .schedules import Schedule, describe, interval_schedule, next_fire, parse_cron
+from .schedules.zones import transitions_between
+
+PREVIEW_SEED = "preview"
+
+
+@dataclass(frozen=True)
+class PreviewSlot:
+    at: datetime  # in the schedule's zone
+    dst_note: str  # "" or what the zone's clocks do on that local date
+
+
+@dataclass(frozen=True)
+class Preview:
+    description: str
+    zone: str
+    slots: list[PreviewSlot]
+
+    @property
+    def times(self) -> list[datetime]:
+        return [slot.at for slot in self.slots]
+
+
+def preview_schedule(
+    *,
+    cron: str | None = None,
+    timezone: str = "UTC",
+    interval_seconds: int | None = None,
+    start: datetime,
+    dst_gap: str = "shift",
+    dst_repeat: str = "first",
+    seed: str = PREVIEW_SEED,
+) -> tuple[Schedule, ZoneInfo]:
+    """The schedule a cron expression (in `timezone`) or an interval anchored at `start`
+    describes; ScheduleError (naming its field) when it is invalid."""
+    if cron is not None:
+        schedule = parse_cron(
+            cron, timezone=timezone, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat
+        )
+        return schedule, ZoneInfo(schedule.timezone)
+    anchor = start.replace(microsecond=0)
+    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
+    return interval_schedule(interval_seconds, anchor=anchor, minimum_seconds=minimum), ZoneInfo(
+        "UTC"
+    )
+
+
+def fire_times(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+    times, after = [], start
+    for _ in range(count):
+        after = next_fire(schedule, after)
+        times.append(after)
+    return times
+
+
+def dst_note(zone: ZoneInfo, local: datetime) -> str:
+    """What the zone's clocks do on `local`'s date: "" on an ordinary day."""
+    midnight = datetime(local.year, local.month, local.day, tzinfo=zone)
+    lo = midnight.astimezone(UTC).replace(tzinfo=None)
+    hi = (midnight + timedelta(days=1, hours=3)).astimezone(UTC).replace(tzinfo=None)
+    for instant, before, after in transitions_between(zone, lo, hi):
+        wall = instant.replace(tzinfo=UTC).astimezone(zone)
+        if wall.date() != local.date() and (wall - timedelta(seconds=1)).date() != local.date():
+            continue
+        shift = int(abs((after - before).total_seconds()) // 60)
+        direction = "forward" if after > before else "back"
+        return f"DST: clocks go {direction} {shift} min at {wall:%H:%M}"
+    return ""
+
+
+def schedule_preview(
+    *,
+    cron: str | None = None,
+    timezone: str = "UTC",
+    interval_seconds: int | None = None,
+    start: datetime,
+    count: int = 10,
+    dst_gap: str = "shift",
+    dst_repeat: str = "first",
+    seed: str = PREVIEW_SEED,
+) -> Preview:
+    """The schedule in words and its next `count` fire times after `start`, each in the
+    schedule's zone with a note on days the zone's UTC offset changes. Raises
+    ScheduleError (its `field` names what is wrong) or OverflowError (past year 9999)."""
+    schedule, zone = preview_schedule(
+        cron=cron,
+        timezone=timezone,
+        interval_seconds=interval_seconds,
+        start=start,
+        dst_gap=dst_gap,
+        dst_repeat=dst_repeat,
+        seed=seed,
+    )
+    times = fire_times(schedule, start, count)
+    slots = []
+    for at in times:
+        local = at.astimezone(zone)
+        slots.append(PreviewSlot(local, dst_note(zone, local) if cron is not None else ""))
+    return Preview(describe(schedule), zone.key, slots)

@@ -118,18 +118,49 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
         job = _locked(job_id)
         clean = clean_job_input(data, existing=job, seed=job.hash_seed, now=now)
         changed = {k: v for k, v in clean.fields.items() if getattr(job, k) != v}
+        before = {key: getattr(job, key) for key in changed}
         for key, value in changed.items():
             setattr(job, key, value)
         if any(k in SCHEDULE_FIELDS for k in changed):
             job.next_run_at = first_slot_after(job, now)
         _clear_fault(job, now)
+        upstreams = None
         if clean.depends_on is not None:
+            upstreams = sorted(
+                Dependency.objects.filter(downstream=job).values_list("upstream_id", flat=True)
+            )
             _set_dependencies(job, clean.depends_on)
         save_and_index(tenant, job)
         if any(k in SCHEDULE_FIELDS for k in changed):
             schedule_changed.send(sender=Job, job=job, now=now)
-        _audit(actor, "update", job, {"fields": sorted(changed)})
+        diff = _diff(before, changed)
+        if upstreams is not None and upstreams != clean.depends_on:
+            diff["depends_on"] = [upstreams, clean.depends_on]
+        fields = sorted(set(changed) | ({"depends_on"} if "depends_on" in diff else set()))
+        _audit(actor, "update", job, {"fields": fields, "diff": diff})
     return job
+
+
+REDACTED = "***"
+
+
+def _shown(key: str, value: Any) -> Any:
+    """A field's value as the audit log keeps it: JSON, header values redacted."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if key == "target" and isinstance(value, dict) and value.get("headers"):
+        return {**value, "headers": {name: REDACTED for name in value["headers"]}}
+    return value
+
+
+def _diff(before: dict[str, Any], changed: dict[str, Any]) -> dict[str, list[Any]]:
+    """field -> [old, new] of an edit (`cron_resolved` and `anchor_at` follow the fields
+    they derive from, so they are left out)."""
+    return {
+        key: [_shown(key, before[key]), _shown(key, value)]
+        for key, value in sorted(changed.items())
+        if key not in ("cron_resolved",)
+    }
 
 
 def _locked(job_id: int) -> Job:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery, prefetch_related_objects
+from django.db import connection
+from django.db.models import Count, OuterRef, QuerySet, Subquery, prefetch_related_objects
 
 from . import states
 from .models import Run
@@ -81,3 +82,88 @@ def run_get(*, run_id: Any) -> Run:
     if run is None:
         raise RunNotFound(run_id)
     return run
+
+
+def recent_statuses(job_ids: list[int], now: datetime, per_job: int = 20) -> dict[int, list]:
+    """The last `per_job` runs (id, status, scheduled_for) of each job that are due by now,
+    newest first: one statement, an index probe of (job, -scheduled_for) per job."""
+    if not job_ids:
+        return {}
+    query = (
+        "SELECT j.id, r.id, r.status, r.scheduled_for FROM unnest(%s::bigint[]) AS j(id)"
+        " CROSS JOIN LATERAL (SELECT id, status, scheduled_for FROM runs_run"
+        " WHERE job_id = j.id AND scheduled_for <= %s"
+        " ORDER BY scheduled_for DESC, id DESC LIMIT %s) AS r"
+    )
+    out: dict[int, list] = {job_id: [] for job_id in job_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(query, [list(job_ids), now, per_job])
+        for job_id, run_id, status, scheduled_for in cursor.fetchall():
+            out[job_id].append((run_id, status, scheduled_for))
+    return out
+
+
+def outcome_counts(since: datetime, until: datetime) -> dict[str, int]:
+    """Runs scheduled in [since, until) by status: one (status, -scheduled_for) index range
+    count per status."""
+    counts = {}
+    for status in states.ALL:
+        counts[status] = Run.objects.filter(
+            status=status, scheduled_for__gte=since, scheduled_for__lt=until
+        ).count()
+    return counts
+
+
+def lag_percentiles(since: datetime, until: datetime) -> dict[str, float | None]:
+    """Fire lag (queued_at - scheduled_for) and start lag (started_at - scheduled_for) of
+    the schedule-triggered first attempts scheduled in [since, until): p50 and p99 in
+    seconds, None without such runs."""
+    fire = "extract(epoch FROM queued_at - scheduled_for)"
+    start = "extract(epoch FROM started_at - scheduled_for)"
+    pct = "percentile_cont({}) WITHIN GROUP (ORDER BY {})"
+    query = (
+        f"SELECT {pct.format(0.5, fire)}, {pct.format(0.99, fire)},"
+        f" {pct.format(0.5, start)}, {pct.format(0.99, start)}, count(*)"
+        " FROM runs_run WHERE trigger = 'schedule' AND attempt = 1 AND queued_at IS NOT NULL"
+        " AND scheduled_for >= %s AND scheduled_for < %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query, [since, until])
+        fire50, fire99, start50, start99, count = cursor.fetchone()
+
+    def num(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return {
+        "fire_p50": num(fire50),
+        "fire_p99": num(fire99),
+        "start_p50": num(start50),
+        "start_p99": num(start99),
+        "runs": count,
+    }
+
+
+def in_flight_count() -> int:
+    """Runs holding a slot now (queued or running)."""
+    return Run.objects.filter(status__in=states.ACTIVE).count()
+
+
+def skipped_by_reason(job_id: int) -> dict[str, int]:
+    rows = (
+        Run.objects.filter(job_id=job_id, status=states.SKIPPED)
+        .values_list("skip_reason")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {reason or "unknown": n for reason, n in rows}
+
+
+def recent_durations(job_id: int, limit: int = 60) -> list[Run]:
+    """The job's latest finished runs that started (oldest first), for a duration chart."""
+    runs = list(
+        Run.objects.filter(job_id=job_id, started_at__isnull=False, finished_at__isnull=False)
+        .only("id", "status", "scheduled_for", "started_at", "finished_at")
+        .order_by("-scheduled_for", "-id")[:limit]
+    )
+    runs.reverse()
+    return runs

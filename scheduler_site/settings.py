@@ -40,6 +40,7 @@ SHARED_APPS = [
     "drf_spectacular_sidecar",
     "scheduler_site",
     "portal",
+    "django_htmx",
 ]
 TENANT_APPS = [
     "django.contrib.contenttypes",
@@ -70,6 +71,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.SuspendedTenantMiddleware",
 ]
 
 TEMPLATES = [
@@ -82,6 +85,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "portal.context.nav",
             ],
         },
     },

@@ -1,9 +1,9 @@
-"""URLs of a tenant's domain: the dashboard and health probes."""
+"""URLs of a tenant's domain: the portal, the API and health probes."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 
-from . import health
+from . import health, pages
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -12,4 +12,7 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include("scheduler_site.api.urls")),
     path("", include("portal.urls")),
+    re_path(r"^", pages.tenant_not_found, name="tenant-not-found"),
 ]
+
+handler404 = "scheduler_site.pages.tenant_not_found"

@@ -1,0 +1,308 @@
+"""The job form: what a person types, turned into the API's JSON shape for the job services.
+
+The form checks only the shape of what was typed (a number is a number, the payload is
+JSON); every rule about jobs lives in `jobs.validation` (called by `job_create` and
+`job_update`), and its errors come back onto the fields here (`add_service_errors`).
+Header values are write-only: an existing job's headers are shown with their values
+replaced by KEEP, and a line still reading KEEP keeps the stored value.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+from zoneinfo import available_timezones
+
+from django import forms
+
+from core.registry import task_names
+from jobs.models import Job
+from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, RETRY_DEFAULTS
+
+KEEP = "(unchanged)"
+
+# jobs.validation's error keys -> the form field that shows them
+FIELD_OF = {
+    "schedule": "schedule_type",
+    "schedule.cron": "cron",
+    "schedule.timezone": "timezone",
+    "schedule.interval_seconds": "interval_seconds",
+    "schedule.start_at": "interval_seconds",
+    "target": "target_type",
+    "target.type": "target_type",
+    "target.url": "url",
+    "target.method": "method",
+    "target.headers": "headers",
+    "target.task": "task",
+    "retry": "max_attempts",
+    "retry.max_attempts": "max_attempts",
+    "retry.backoff_seconds": "backoff_seconds",
+    "retry.backoff_multiplier": "backoff_multiplier",
+    "retry.backoff_max_seconds": "backoff_max_seconds",
+    "retry.jitter": "retry_jitter",
+    "non_field_errors": None,
+}
+
+
+@lru_cache(maxsize=1)
+def time_zones() -> list[str]:
+    return sorted(z for z in available_timezones() if "/" in z or z == "UTC")
+
+
+def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v.replace("_", " ")) for v in values]
+
+
+class JobForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    schedule_type = forms.ChoiceField(
+        label="Schedule",
+        choices=[("cron", "Cron expression"), ("interval", "Fixed interval"), ("none", "None")],
+        initial="cron",
+        widget=forms.RadioSelect,
+        help_text="None: the job runs on demand or after its upstream jobs.",
+    )
+    cron = forms.CharField(
+        label="Cron expression",
+        required=False,
+        initial="*/15 * * * *",
+        help_text="minute hour day-of-month month day-of-week, a macro such as @daily, or H "
+        "for a stable spread value.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    timezone = forms.CharField(
+        label="Time zone",
+        initial="UTC",
+        required=False,
+        widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off"}),
+    )
+    interval_seconds = forms.IntegerField(label="Every (seconds)", required=False, min_value=1)
+    dst_gap = forms.ChoiceField(
+        label="When a time does not exist (clocks go forward)",
+        choices=[("shift", "run at the next valid time"), ("skip", "skip that run")],
+        initial="shift",
+    )
+    dst_repeat = forms.ChoiceField(
+        label="When a time happens twice (clocks go back)",
+        choices=[
+            ("first", "run the first time"),
+            ("last", "run the second time"),
+            ("both", "run both"),
+        ],
+        initial="first",
+    )
+    target_type = forms.ChoiceField(
+        label="Target",
+        choices=[("task", "Registered task"), ("http", "HTTP request")],
+        initial="task",
+        widget=forms.RadioSelect,
+    )
+    task = forms.ChoiceField(label="Task", required=False, choices=())
+    url = forms.CharField(label="URL", required=False, max_length=2048)
+    method = forms.ChoiceField(label="Method", choices=_choices(HTTP_METHODS), initial="POST")
+    headers = forms.CharField(
+        label="Headers",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=f"One `Name: value` per line. Values are write-only: a stored value shows as "
+        f"{KEEP}; leave that to keep it.",
+    )
+    payload = forms.CharField(
+        label="Payload (JSON object)",
+        required=False,
+        initial="{}",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"}),
+    )
+    max_attempts = forms.IntegerField(label="Attempts", initial=RETRY_DEFAULTS["max_attempts"])
+    backoff_seconds = forms.FloatField(
+        label="First retry after (s)", initial=RETRY_DEFAULTS["backoff_seconds"]
+    )
+    backoff_multiplier = forms.FloatField(
+        label="Backoff multiplier", initial=RETRY_DEFAULTS["backoff_multiplier"]
+    )
+    backoff_max_seconds = forms.FloatField(
+        label="Longest delay (s)", initial=RETRY_DEFAULTS["backoff_max_seconds"]
+    )
+    retry_jitter = forms.BooleanField(label="Randomise retry delays", required=False, initial=True)
+    timeout_seconds = forms.IntegerField(label="Timeout (s)", initial=300)
+    priority = forms.ChoiceField(choices=_choices(PRIORITIES), initial="normal")
+    concurrency_policy = forms.ChoiceField(
+        label="If the previous run is still going",
+        choices=[
+            ("allow", "allow: run alongside"),
+            ("forbid", "forbid: skip this run"),
+            ("queue", "queue: wait for it"),
+            ("replace", "replace: cancel it"),
+        ],
+        initial="allow",
+    )
+    max_concurrent_runs = forms.IntegerField(label="Runs at once", initial=1)
+    misfire_policy = forms.ChoiceField(
+        label="Missed runs (scheduler down, paused)",
+        choices=[
+            ("run_once", "run once"),
+            ("run_all", "run all"),
+            ("skip", "skip"),
+        ],
+        initial="run_once",
+    )
+    misfire_grace_seconds = forms.IntegerField(label="Late by up to (s)", initial=60)
+    jitter_seconds = forms.IntegerField(label="Random delay up to (s)", initial=0)
+    depends_on = forms.CharField(
+        label="Upstream jobs",
+        required=False,
+        help_text="Job ids or exact names, comma-separated: this job runs after them.",
+    )
+
+    def __init__(self, *args: Any, job: Job | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job = job
+        self.fields["task"].choices = [(name, name) for name in task_names()]
+        assert set(dict(self.fields["concurrency_policy"].choices)) == set(CONCURRENCY)
+        assert set(dict(self.fields["misfire_policy"].choices)) == set(MISFIRE)
+
+    # --- reading what was typed ------------------------------------------------------------
+
+    def clean_payload(self) -> dict:
+        raw = (self.cleaned_data.get("payload") or "").strip() or "{}"
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError('must be a JSON object, like {"key": "value"}')
+        return value
+
+    def clean_headers(self) -> dict[str, str]:
+        stored = (self.job.target or {}).get("headers") or {} if self.job else {}
+        headers: dict[str, str] = {}
+        for number, line in enumerate((self.cleaned_data.get("headers") or "").splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, value = line.partition(":")
+            if not sep or not name.strip():
+                raise forms.ValidationError(f"line {number}: write `Name: value`")
+            name, value = name.strip(), value.strip()
+            if value == KEEP:
+                if name not in stored:
+                    raise forms.ValidationError(f"line {number}: {name} has no stored value")
+                value = stored[name]
+            headers[name] = value
+        return headers
+
+    def clean_depends_on(self) -> list[int]:
+        raw = self.cleaned_data.get("depends_on") or ""
+        ids: list[int] = []
+        for item in (part.strip() for part in raw.split(",")):
+            if not item:
+                continue
+            if item.isdigit():
+                ids.append(int(item))
+                continue
+            found = list(
+                Job.objects.filter(name=item, deleted_at__isnull=True).values_list("id", flat=True)[
+                    :2
+                ]
+            )
+            if len(found) != 1:
+                raise forms.ValidationError(
+                    f"{item!r}: {'no job' if not found else 'several jobs'} with that name; "
+                    "use its id"
+                )
+            ids.append(found[0])
+        return ids
+
+    def to_api(self) -> dict[str, Any]:
+        """The API's JSON shape of what was typed (call after is_valid())."""
+        data = self.cleaned_data
+        kind = data["schedule_type"]
+        if kind == "cron":
+            schedule: dict | None = {
+                "cron": data.get("cron") or "",
+                "timezone": data.get("timezone") or "UTC",
+            }
+        elif kind == "interval":
+            schedule = {"interval_seconds": data.get("interval_seconds")}
+            if self.job is not None and self.job.interval_seconds == data.get("interval_seconds"):
+                schedule["start_at"] = self.job.anchor_at.isoformat()  # keep the phase
+        else:
+            schedule = None
+        if data["target_type"] == "http":
+            target = {
+                "type": "http",
+                "url": data.get("url") or "",
+                "method": data["method"],
+                "headers": data.get("headers") or {},
+            }
+        else:
+            target = {"type": "task", "task": data.get("task") or ""}
+        return {
+            "name": data["name"],
+            "description": data.get("description") or "",
+            "schedule": schedule,
+            "target": target,
+            "payload": data.get("payload") or {},
+            "retry": {
+                "max_attempts": data["max_attempts"],
+                "backoff_seconds": data["backoff_seconds"],
+                "backoff_multiplier": data["backoff_multiplier"],
+                "backoff_max_seconds": data["backoff_max_seconds"],
+                "jitter": bool(data.get("retry_jitter")),
+            },
+            "timeout_seconds": data["timeout_seconds"],
+            "priority": data["priority"],
+            "concurrency_policy": data["concurrency_policy"],
+            "max_concurrent_runs": data["max_concurrent_runs"],
+            "misfire_policy": data["misfire_policy"],
+            "misfire_grace_seconds": data["misfire_grace_seconds"],
+            "jitter_seconds": data["jitter_seconds"],
+            "dst_gap": data["dst_gap"],
+            "dst_repeat": data["dst_repeat"],
+            "depends_on": data.get("depends_on") or [],
+        }
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        for key, messages in errors.items():
+            field = FIELD_OF.get(key, key)
+            if field is not None and field not in self.fields:
+                field = None
+            for message in messages:
+                self.add_error(field, message)
+
+
+def initial_from_job(job: Job) -> dict[str, Any]:
+    """The form's initial values for an existing job; header values stay hidden."""
+    target = job.target or {}
+    headers = target.get("headers") or {}
+    upstream_ids = [link.upstream_id for link in getattr(job, "upstreams", [])]
+    return {
+        "name": job.name,
+        "description": job.description,
+        "schedule_type": job.schedule_kind,
+        "cron": job.cron_expression,
+        "timezone": job.timezone,
+        "interval_seconds": job.interval_seconds,
+        "dst_gap": job.dst_gap,
+        "dst_repeat": job.dst_repeat,
+        "target_type": job.target_type,
+        "task": target.get("task", ""),
+        "url": target.get("url", ""),
+        "method": target.get("method", "POST"),
+        "headers": "\n".join(f"{name}: {KEEP}" for name in headers),
+        "payload": json.dumps(job.payload or {}, indent=2),
+        "max_attempts": job.max_attempts,
+        "backoff_seconds": job.backoff_seconds,
+        "backoff_multiplier": job.backoff_multiplier,
+        "backoff_max_seconds": job.backoff_max_seconds,
+        "retry_jitter": job.retry_jitter,
+        "timeout_seconds": job.timeout_seconds,
+        "priority": job.priority,
+        "concurrency_policy": job.concurrency_policy,
+        "max_concurrent_runs": job.max_concurrent_runs,
+        "misfire_policy": job.misfire_policy,
+        "misfire_grace_seconds": job.misfire_grace_seconds,
+        "jitter_seconds": job.jitter_seconds,
+        "depends_on": ", ".join(map(str, upstream_ids)),
+    }

@@ -1,0 +1,440 @@
+"""A job's pages: the form (with the live schedule preview), the detail page, its actions
+and the DAG around it."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from jobs import selectors as job_selectors
+from jobs import services as job_services
+from jobs.models import AuditEvent, Dependency, Job
+from jobs.preview import PREVIEW_SEED, fire_times, schedule_preview
+from jobs.schedule_fields import schedule_of
+from jobs.schedules import ScheduleError
+from jobs.validation import JobValidationError
+from runs import states
+from runs.models import Run
+from runs.selectors import recent_durations, run_list, skipped_by_reason, with_last_run
+from runs.services import BackfillError, job_backfill, job_trigger
+
+from .charts import Node, dag_layout, duration_chart, human_seconds
+from .common import (
+    CLOCK,
+    back,
+    decode_cursor,
+    encode_cursor,
+    parse_instant,
+    portal_view,
+    services_kwargs,
+)
+from .forms import JobForm, initial_from_job, time_zones
+from .throttle import trigger_allowed
+from .views import schedule_words
+
+HISTORY_PAGE = 25
+DAG_LIMIT = 80
+
+
+def _job_or_404(job_id: int) -> Job:
+    try:
+        return job_selectors.job_get(
+            job_id=job_id, queryset=with_last_run(Job.objects.all(), CLOCK.now())
+        )
+    except job_services.JobNotFound:
+        raise Http404("no such job") from None
+
+
+# --- the form and its live preview ----------------------------------------------------------
+
+
+def _form_page(request: HttpRequest, form: JobForm, job: Job | None) -> HttpResponse:
+    return render(
+        request,
+        "portal/job_form.html",
+        {"form": form, "job": job, "time_zones": time_zones()},
+        status=400 if form.is_bound and form.errors else 200,
+    )
+
+
+def _save(request: HttpRequest, form: JobForm, job: Job | None) -> HttpResponse:
+    if not form.is_valid():
+        return _form_page(request, form, job)
+    kwargs = services_kwargs(request)
+    try:
+        if job is None:
+            saved = job_services.job_create(data=form.to_api(), **kwargs)
+        else:
+            saved = job_services.job_update(job_id=job.id, data=form.to_api(), **kwargs)
+    except JobValidationError as exc:
+        form.add_service_errors(exc.errors)
+        return _form_page(request, form, job)
+    except job_services.QuotaExceeded as exc:
+        form.add_error(None, str(exc))
+        return _form_page(request, form, job)
+    messages.success(request, f"Job “{saved.name}” {'created' if job is None else 'saved'}.")
+    return redirect("dashboard:job", job_id=saved.id)
+
+
+@portal_view
+def job_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _save(request, JobForm(request.POST), None)
+    return _form_page(request, JobForm(), None)
+
+
+@portal_view
+def job_edit(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    if request.method == "POST":
+        return _save(request, JobForm(request.POST, job=job), job)
+    return _form_page(request, JobForm(initial=initial_from_job(job), job=job), job)
+
+
+@portal_view
+def schedule_preview_partial(request: HttpRequest) -> HttpResponse:
+    """The form's live preview (htmx, as you type): the schedule in words and its next six
+    fire times in its zone with DST days flagged, or why it is invalid."""
+    get = request.GET
+    kind = get.get("schedule_type", "cron")
+    context: dict = {"kind": kind}
+    seed = PREVIEW_SEED
+    if get.get("job", "").isdigit():
+        seed = (
+            Job.objects.filter(id=int(get["job"])).values_list("hash_seed", flat=True).first()
+            or PREVIEW_SEED
+        )
+    try:
+        if kind == "cron":
+            preview = schedule_preview(
+                cron=get.get("cron", ""),
+                timezone=get.get("timezone") or "UTC",
+                start=CLOCK.now(),
+                count=6,
+                dst_gap=get.get("dst_gap") if get.get("dst_gap") in ("shift", "skip") else "shift",
+                dst_repeat=get.get("dst_repeat")
+                if get.get("dst_repeat") in ("first", "last", "both")
+                else "first",
+                seed=seed,
+            )
+        elif kind == "interval":
+            raw = get.get("interval_seconds", "")
+            if not raw.strip().isdigit():
+                raise ScheduleError("enter the interval as a whole number of seconds", "interval")
+            preview = schedule_preview(interval_seconds=int(raw), start=CLOCK.now(), count=6)
+        else:
+            preview = None
+        context["preview"] = preview
+    except ScheduleError as exc:
+        field = {"timezone": "time zone", "interval_seconds": "interval"}.get(exc.field or "", "")
+        context["error"] = f"{field + ': ' if field else ''}{exc}"
+    except OverflowError:
+        context["error"] = "no fire time before the year 9999"
+    return render(request, "portal/_preview.html", context)
+
+
+# --- the detail page ------------------------------------------------------------------------
+
+
+def _history(request: HttpRequest, job: Job) -> dict:
+    get = request.GET
+    filters = {
+        "status": get.get("status") if get.get("status") in states.ALL else None,
+        "trigger": get.get("trigger") if get.get("trigger") in Run.Trigger.values else None,
+        "since": parse_instant(get.get("since", "")),
+        "until": parse_instant(get.get("until", "")),
+    }
+    runs = run_list(job_id=job.id, **filters).order_by("-scheduled_for", "-id")
+    cursor = decode_cursor(get.get("cursor", "")) if get.get("cursor") else None
+    if cursor and len(cursor) == 2:
+        at = parse_instant(str(cursor[0]))
+        if at is not None:
+            runs = runs.filter(Q(scheduled_for__lt=at) | Q(scheduled_for=at, id__lt=cursor[1]))
+    page = list(runs.prefetch_related("attempts")[: HISTORY_PAGE + 1])
+    more = len(page) > HISTORY_PAGE
+    page = page[:HISTORY_PAGE]
+    for run in page:
+        if run.started_at and run.finished_at:
+            run.duration = human_seconds((run.finished_at - run.started_at).total_seconds())
+    query = {k: v for k, v in get.items() if k in ("status", "trigger", "since", "until") and v}
+    next_url = None
+    if more and page:
+        from urllib.parse import urlencode
+
+        last = page[-1]
+        next_url = "?" + urlencode(
+            {**query, "cursor": encode_cursor([last.scheduled_for, str(last.id)])}
+        )
+    return {"runs": page, "next": next_url, "query": query, "first": not get.get("cursor")}
+
+
+def _audit_rows(job: Job) -> list[dict]:
+    rows = []
+    for event in AuditEvent.objects.filter(job_id=job.id).order_by("-at", "-id")[:30]:
+        diff = (event.changes or {}).get("diff") or {}
+        rows.append(
+            {
+                "event": event,
+                "diff": [
+                    {"field": k, "old": _show(v[0]), "new": _show(v[1])} for k, v in diff.items()
+                ],
+                "other": {k: v for k, v in (event.changes or {}).items() if k not in ("diff",)},
+            }
+        )
+    return rows
+
+
+def _show(value) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return "—" if value in (None, "") else str(value)
+
+
+def next_runs(job: Job, count: int = 10) -> list:
+    """The job's next fire times from its cursor; none while paused, parked or deleted."""
+    schedule = schedule_of(job)
+    if schedule is None or not job.schedulable:
+        return []
+    try:
+        return fire_times(schedule, job.next_run_at - timedelta(microseconds=1), count)
+    except (ScheduleError, OverflowError):
+        return []
+
+
+@portal_view
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    job.schedule_words = schedule_words(job)
+    history = _history(request, job)
+    if request.htmx and request.htmx.target == "history":
+        return render(request, "portal/_history.html", {"job": job, "history": history})
+    durations = recent_durations(job.id)
+    chart = duration_chart(durations)
+    upstream = list(
+        Job.objects.filter(downstream_links__downstream=job).values("id", "name", "deleted_at")
+    )
+    downstream = list(
+        Job.objects.filter(upstream_links__upstream=job, deleted_at__isnull=True).values(
+            "id", "name"
+        )
+    )
+    context = {
+        "job": job,
+        "next_runs": next_runs(job),
+        "history": history,
+        "chart": chart,
+        "p50": human_seconds(chart.p50),
+        "p95": human_seconds(chart.p95),
+        "skipped": skipped_by_reason(job.id),
+        "audit": _audit_rows(job),
+        "upstream": upstream,
+        "downstream": downstream,
+        "target_shown": _target_shown(job),
+        "statuses": states.ALL,
+        "triggers": Run.Trigger.values,
+        "payload_json": json.dumps(job.payload or {}, indent=2),
+        "here": request.get_full_path(),
+    }
+    return render(request, "portal/job_detail.html", context)
+
+
+def _target_shown(job: Job) -> dict:
+    target = dict(job.target or {})
+    if target.get("headers"):
+        target["headers"] = {name: "•••" for name in target["headers"]}
+    return target
+
+
+# --- actions --------------------------------------------------------------------------------
+
+
+def _act(request: HttpRequest, job_id: int, call, done: str) -> HttpResponse:
+    default = reverse("dashboard:job", kwargs={"job_id": job_id})
+    try:
+        job = call()
+    except job_services.JobNotFound:
+        raise Http404("no such job") from None
+    except JobValidationError as exc:
+        messages.error(request, "; ".join(m for ms in exc.errors.values() for m in ms))
+        return back(request, default)
+    messages.success(request, done.format(name=getattr(job, "name", "")))
+    return back(request, default)
+
+
+@portal_view
+@require_POST
+def job_pause(request: HttpRequest, job_id: int) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()[:500]
+    return _act(
+        request,
+        job_id,
+        lambda: job_services.job_pause(job_id=job_id, reason=reason, **services_kwargs(request)),
+        "Paused “{name}”.",
+    )
+
+
+@portal_view
+@require_POST
+def job_resume(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _act(
+        request,
+        job_id,
+        lambda: job_services.job_resume(job_id=job_id, **services_kwargs(request)),
+        "Resumed “{name}”.",
+    )
+
+
+@portal_view
+@require_POST
+def job_run(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Run now, with an optional payload for this run only; then the run's page, which
+    follows it to its end."""
+    default = reverse("dashboard:job", kwargs={"job_id": job_id})
+    raw = request.POST.get("payload", "").strip()
+    payload = None
+    if raw:
+        try:
+            payload = json.loads(raw)
+        except ValueError as exc:
+            messages.error(request, f"Payload: not valid JSON: {exc}")
+            return back(request, default)
+    if not trigger_allowed(request.tenant):
+        messages.error(request, "The tenant's manual-trigger limit per minute is reached.")
+        return back(request, default)
+    try:
+        run, _ = job_trigger(job_id=job_id, payload=payload, **services_kwargs(request))
+    except job_services.JobNotFound:
+        raise Http404("no such job") from None
+    except JobValidationError as exc:
+        messages.error(request, "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()))
+        return back(request, default)
+    if request.POST.get("stay"):
+        messages.success(request, "Run started.")
+        return back(request, default)
+    return redirect("dashboard:run", run_id=run.id)
+
+
+@portal_view
+@require_POST
+def job_backfill_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    default = reverse("dashboard:job", kwargs={"job_id": job_id})
+    start, end = (
+        parse_instant(request.POST.get("start", "")),
+        parse_instant(request.POST.get("end", "")),
+    )
+    if start is None or end is None:
+        messages.error(request, "Backfill: give a start and an end (UTC).")
+        return back(request, default)
+    try:
+        runs = job_backfill(job_id=job_id, start=start, end=end, **services_kwargs(request))
+    except job_services.JobNotFound:
+        raise Http404("no such job") from None
+    except BackfillError as exc:
+        messages.error(request, f"Backfill {exc.field}: {exc}")
+        return back(request, default)
+    messages.success(request, f"Backfill: {len(runs)} run{'s' if len(runs) != 1 else ''} created.")
+    return back(request, default)
+
+
+@portal_view
+@require_POST
+def job_delete(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    if request.POST.get("confirm_name", "").strip() != job.name:
+        messages.error(request, "To delete the job, type its name exactly.")
+        return redirect("dashboard:job", job_id=job_id)
+    job_services.job_delete(job_id=job_id, **services_kwargs(request))
+    messages.success(request, f"Deleted “{job.name}”; its run history stays.")
+    return redirect("dashboard:jobs")
+
+
+# --- the DAG around a job -------------------------------------------------------------------
+
+
+def _component(job_id: int) -> tuple[set[int], list[tuple[int, int]]]:
+    """The jobs connected to `job_id` through dependencies (either way), at most DAG_LIMIT."""
+    edges = list(
+        Dependency.objects.filter(
+            upstream__deleted_at__isnull=True, downstream__deleted_at__isnull=True
+        ).values_list("upstream_id", "downstream_id")
+    )
+    near: dict[int, set[int]] = {}
+    for u, d in edges:
+        near.setdefault(u, set()).add(d)
+        near.setdefault(d, set()).add(u)
+    seen, todo = {job_id}, [job_id]
+    while todo and len(seen) < DAG_LIMIT:
+        for other in near.get(todo.pop(), ()):
+            if other not in seen and len(seen) < DAG_LIMIT:
+                seen.add(other)
+                todo.append(other)
+    return seen, [(u, d) for u, d in edges if u in seen and d in seen]
+
+
+def dag_of(job: Job):
+    """The laid-out graph around `job`, each node coloured by its job's last run.
+    (A DAG-run view passes nodes coloured by their runs in one DAG run instead.)"""
+    ids, edges = _component(job.id)
+    rows = with_last_run(Job.objects.filter(id__in=ids, deleted_at__isnull=True), CLOCK.now())
+    nodes = {
+        row.id: Node(
+            id=row.id,
+            name=row.name,
+            status=row.last_run_status or "none",
+            status_label=f"last run {row.last_run_status}" if row.last_run_status else "no run yet",
+            focus=row.id == job.id,
+        )
+        for row in rows.only("id", "name")
+    }
+    return dag_layout(nodes, edges)
+
+
+def _upstream_ids(job: Job) -> list[int]:
+    return [link.upstream_id for link in getattr(job, "upstreams", [])]
+
+
+def _job_ref(value: str) -> int | None:
+    value = value.strip()
+    if value.isdigit():
+        return int(value)
+    found = list(
+        Job.objects.filter(name=value, deleted_at__isnull=True).values_list("id", flat=True)[:2]
+    )
+    return found[0] if len(found) == 1 else None
+
+
+@portal_view
+def job_dag(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The DAG around a job; POST adds or removes one of its upstream edges through
+    `job_update` (which refuses cycles and unknown jobs)."""
+    job = _job_or_404(job_id)
+    if request.method == "POST":
+        upstream = _upstream_ids(job)
+        if request.POST.get("remove", "").isdigit():
+            upstream = [u for u in upstream if u != int(request.POST["remove"])]
+        else:
+            ref = _job_ref(request.POST.get("add", ""))
+            if ref is None:
+                messages.error(request, "Upstream: no single job with that id or name.")
+                return redirect("dashboard:job-dag", job_id=job_id)
+            upstream = sorted({*upstream, ref})
+        try:
+            job_services.job_update(
+                job_id=job_id, data={"depends_on": upstream}, **services_kwargs(request)
+            )
+        except JobValidationError as exc:
+            messages.error(request, "; ".join(m for ms in exc.errors.values() for m in ms))
+        else:
+            messages.success(request, "Dependencies saved.")
+        return redirect("dashboard:job-dag", job_id=job_id)
+    upstream = list(Job.objects.filter(id__in=_upstream_ids(job)).values("id", "name"))
+    return render(
+        request, "portal/job_dag.html", {"job": job, "dag": dag_of(job), "upstream": upstream}
+    )

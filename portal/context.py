@@ -7,12 +7,18 @@ from django.http import HttpRequest
 SECTIONS = {"home": "home", "dlq": "dlq", "token": "tokens", "member": "members"}
 
 
-def nav(request: HttpRequest) -> dict[str, str]:
+def nav(request: HttpRequest) -> dict:
+    """`in_portal`: a tenant's domain (the portal's links exist); `nav`: its section."""
+    from django_tenants.utils import get_public_schema_name
+
+    tenant = getattr(request, "tenant", None)
+    in_portal = tenant is not None and tenant.schema_name != get_public_schema_name()
     match = getattr(request, "resolver_match", None)
     name = (match.url_name or "") if match else ""
+    section = ""
     if name.startswith(("job", "run", "schedule")):
-        return {"nav": "jobs"}
-    for prefix, section in SECTIONS.items():
+        section = "jobs"
+    for prefix, value in SECTIONS.items():
         if name.startswith(prefix):
-            return {"nav": section}
-    return {"nav": ""}
+            section = value
+    return {"nav": section, "in_portal": in_portal}

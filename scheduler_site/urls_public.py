@@ -3,12 +3,24 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from . import health, pages
+from . import console, health, pages
 
 admin.site.site_header = "Tickwork operations"
 admin.site.site_title = "Tickwork admin"
 
 urlpatterns = [
+    # The operator console's own pages, inside admin (staff only).
+    path("admin/fleet/", admin.site.admin_view(console.fleet_health), name="console-fleet"),
+    path(
+        "admin/console/<slug:slug>/jobs/",
+        admin.site.admin_view(console.tenant_jobs),
+        name="console-tenant-jobs",
+    ),
+    path(
+        "admin/console/<slug:slug>/runs/",
+        admin.site.admin_view(console.tenant_runs),
+        name="console-tenant-runs",
+    ),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
@@ -17,3 +29,5 @@ urlpatterns = [
     # Any other path: a helpful page, also with DEBUG on (never Django's debug 404).
     re_path(r"^", pages.public_not_found, name="public-not-found"),
 ]
+
+handler404 = "scheduler_site.pages.public_not_found"

@@ -1,19 +1,9 @@
 from django.contrib import admin
 
-from .models import ApiToken, Domain, Tenant
+from .models import ApiToken
 
-
-class DomainInline(admin.TabularInline):
-    model = Domain
-    extra = 0
-
-
-@admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "schema_name", "weight", "max_concurrency", "created_at")
-    search_fields = ("slug", "name")
-    readonly_fields = ("schema_name", "created_at")
-    inlines = [DomainInline]
+# The Tenant admin (provisioning, suspension, drill-down) is in scheduler_site/admin.py: it
+# writes to the tenants' audit logs, which belong to a layer above this app.
 
 
 @admin.register(ApiToken)
@@ -24,4 +14,4 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ("tenant", "name", "prefix", "digest", "created_at", "last_used_at", "revoked_at")
 
     def has_add_permission(self, request) -> bool:
-        return False  # tokens are issued by `issue_token` or the dashboard, which show them once
+        return False  # tokens are issued by `issue_token` or the portal, which show them once

@@ -41,6 +41,11 @@ def default_domain_for(slug: str, base_domain: str = "localhost") -> str:
     return f"{slug}.{base_domain}"
 
 
+def check_provisioning(slug: str, domain: str, admin_user: str) -> None:
+    """ProvisioningError if `tenant_provision` would refuse these (for forms that ask)."""
+    _validate(slug, domain.lower(), admin_user)
+
+
 def _validate(slug: str, domain: str, admin_user: str) -> None:
     if not SLUG_RE.match(slug):
         raise ProvisioningError(

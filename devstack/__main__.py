@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from .services import Resolved, resolve
+from .services import Resolved, describe_database, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
+SIGINT_RC = 128 + signal.SIGINT  # what honcho's manager sets when Ctrl-C stopped it
 
 
 def _base_env(resolved: Resolved) -> dict[str, str]:
@@ -46,6 +50,28 @@ def _say(lines: list[str]) -> None:
     print("\n".join(lines), flush=True)
 
 
+def _hold_the_terminal() -> Callable[[], None]:
+    """Move into a process group of our own and make it the terminal's foreground group, so
+    that Ctrl-C reaches this launcher (which stops everything and exits 0) and not `make`
+    around it (which would print `Error 130` or `Interrupt`). Returns how to undo it."""
+    try:
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd) or os.getpid() == os.getsid(0):
+            return lambda: None
+        previous = os.tcgetpgrp(fd)
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may then take it
+        os.setpgid(0, 0)
+        os.tcsetpgrp(fd, os.getpgrp())
+    except OSError:
+        return lambda: None
+
+    def undo() -> None:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, previous)
+
+    return undo
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from honcho.environ import parse_procfile
     from honcho.manager import Manager
@@ -56,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env = _base_env(resolved)
     port = env.setdefault("PORT", "8000")
     _say([f"[devstack] {note}" for note in resolved.notes])
+    _say([f"[devstack] {describe_database(resolved.database_url)}"])
     demo = _prepare(env, data_dir)
     procfile = parse_procfile((ROOT / "Procfile").read_text())
     manager = Manager(Printer(sys.stdout))
@@ -76,7 +103,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             "",
         ]
     )
-    manager.loop()
+    release = _hold_the_terminal()
+    try:
+        manager.loop()
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        manager.returncode = SIGINT_RC
+    finally:
+        release()
+    # honcho answers Ctrl-C by stopping every process and setting 130: a normal way to stop,
+    # so exit 0 (make then prints no `Error 130`).
+    if manager.returncode == SIGINT_RC:
+        print("[devstack] stopped (Ctrl-C); every process has ended.", flush=True)
+        return 0
     return manager.returncode or 0
 
 

@@ -189,3 +189,35 @@ def with_redis_db(url: str, db: int) -> str:
     head, sep, query = url.partition("?")
     base = head.rsplit("/", 1)[0] if head.count("/") > 2 else head
     return f"{base}/{db}{sep}{query}"
+
+
+def describe_database(url: str) -> str:
+    """One line on what `url` already holds, said before `make run` migrates it: a new
+    database, or an existing one reused (which server, how many tenants), so that nobody
+    silently takes over another checkout's data."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(url)
+    where = (
+        f"{info.get('dbname', '?')} on {info.get('host') or 'localhost'}:{info.get('port', 5432)}"
+    )
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            if conn.execute("SELECT to_regclass('public.tenants_tenant')").fetchone()[0] is None:
+                return f"Database {where}: new (no tenants yet); migrating it."
+            slugs = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT slug FROM public.tenants_tenant WHERE schema_name <> 'public' "
+                    "ORDER BY slug"
+                ).fetchall()
+            ]
+    except psycopg.Error as exc:
+        return f"Database {where}: cannot be read yet ({exc.__class__.__name__}); migrating it."
+    shown = ", ".join(slugs[:5]) + (", …" if len(slugs) > 5 else "")
+    return (
+        f"Reusing the existing database {where}: {len(slugs)} tenant"
+        f"{'s' if len(slugs) != 1 else ''}{f' ({shown})' if slugs else ''}. "
+        "Set DATABASE_URL to use another one."
+    )

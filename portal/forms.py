@@ -99,7 +99,7 @@ class JobForm(forms.Form):
         initial="task",
         widget=forms.RadioSelect,
     )
-    task = forms.ChoiceField(label="Task", required=False, choices=())
+    task = forms.ChoiceField(label="Task", required=False, choices=(), initial="builtin.noop")
     url = forms.CharField(label="URL", required=False, max_length=2048)
     method = forms.ChoiceField(label="Method", choices=_choices(HTTP_METHODS), initial="POST")
     headers = forms.CharField(

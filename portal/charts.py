@@ -74,7 +74,7 @@ def duration_chart(runs: list, width: int = 640, height: int = 160) -> DurationC
             Bar(
                 x=round(left + n * step + step * 0.1, 1),
                 y=round(top + plot_h - h, 1),
-                width=round(max(step * 0.8, 1.0), 1),
+                width=round(min(max(step * 0.8, 1.0), 24.0), 1),
                 height=round(h, 1),
                 seconds=seconds,
                 status=run.status,

@@ -1,0 +1,279 @@
+"""The portal and the operator console in a real browser: Playwright drives Debian's
+chromium (headless) against real processes (gunicorn, runscheduler, a Celery worker) on the
+test database. Screenshots of the main pages go to docs/screenshots/ (README shows them).
+
+Run: make test ARGS="-m browser" (they are also `slow`)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from core.clock import SystemClock
+
+from ..integration.helpers import make_job
+from ..scenarios.procs import ROOT, Proc, process_env, scheduler, wait_for, worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+SHOTS = ROOT / "docs" / "screenshots"
+ENV = {"SCHEDULER_LEASE_SECONDS": "2", "SCHEDULER_LOOKAHEAD_SECONDS": "5"}
+TIMEOUT_MS = 30_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def stack(live, tmp_path):
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    port = _free_port()
+    web = Proc(
+        "web",
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "scheduler_site.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "4",
+        ],
+        # the test settings: their password hasher verifies the test users' passwords
+        process_env(DJANGO_SETTINGS_MODULE="scheduler_site.settings_test", **ENV),
+        tmp_path,
+    )
+    procs = [web, scheduler(tmp_path, "sched", **ENV), worker(tmp_path, "w1", "--concurrency", "2")]
+    try:
+        wait_for(lambda: _answers(port), timeout=30)
+        yield {"port": port, "world": live, "procs": procs}
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def seeded(stack):
+    """Jobs made through the service before the browser starts (Playwright's sync API runs
+    an event loop in this thread, where Django refuses database calls)."""
+    alpha = stack["world"]["alpha"].tenant
+    clock = SystemClock()
+    make_job(
+        alpha,
+        clock,
+        name="always-fails",
+        schedule=None,
+        target={"type": "task", "task": "builtin.fail"},
+        retry={"max_attempts": 1},
+    )
+    for name in ("dag-a", "dag-b", "dag-c", "dag-d"):
+        make_job(alpha, clock, name=name, schedule=None)
+
+
+@pytest.fixture
+def operator_user(stack):
+    connection.set_schema_to_public()
+    users = get_user_model().objects
+    users.filter(username="browser-ops").delete()
+    users.create_superuser(username="browser-ops", password="ops-password-1", email="")
+    yield "browser-ops", "ops-password-1"
+    from tenants.services import tenant_resume
+
+    beta = stack["world"]["beta"].tenant
+    beta.refresh_from_db()
+    tenant_resume(tenant=beta)
+    connection.set_schema_to_public()
+    users.filter(username="browser-ops").delete()
+
+
+@pytest.fixture
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+def _page(browser, viewport=(1280, 860)):
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
+
+
+def _login(page, base: str, user: str, password: str) -> None:
+    page.goto(f"{base}/login/")
+    page.get_by_label("User name").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_load_state()
+    assert page.url == f"{base}/", page.content()[-3000:]
+
+
+def _shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_tenant_manages_its_jobs_in_the_browser(stack, seeded, browser):
+    from playwright.sync_api import expect
+
+    alpha, beta = stack["world"]["alpha"], stack["world"]["beta"]
+    base = f"http://{alpha.domain}:{stack['port']}"
+    page = _page(browser)
+    _login(page, base, alpha.admin_user, alpha.admin_password)
+
+    # Create a job through the form, watching the live preview as we type.
+    page.goto(f"{base}/jobs/new")
+    page.get_by_label("Name", exact=True).fill("browser-report")
+    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * *")
+    page.get_by_label("Time zone").fill("Europe/Berlin")
+    expect(page.locator("#preview")).to_contain_text("At 02:30 (Europe/Berlin)")
+    expect(page.locator("#preview li")).to_have_count(6)
+    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * MON-FRY")
+    expect(page.locator("#preview")).to_contain_text("'FRY' is not a valid value")
+    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * *")
+    expect(page.locator("#preview")).to_contain_text("At 02:30")
+    _shot(page, "job-form")
+    page.get_by_role("button", name="Create job").click()
+    expect(page.locator("h1")).to_contain_text("browser-report")
+    job_url = page.url
+
+    # It is in the list with its next run.
+    page.goto(f"{base}/jobs/")
+    row = page.locator("tr", has_text="browser-report")
+    expect(row).to_contain_text("At 02:30 (Europe/Berlin)")
+    expect(row.locator("time")).to_have_count(1)
+
+    # Run it now and watch the run reach `succeeded` without reloading.
+    page.goto(job_url)
+    page.get_by_role("button", name="Run now").click()
+    page.wait_for_url("**/runs/**")
+    run_url = page.url
+    expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=40_000)
+    assert page.url == run_url
+    expect(page.locator("#run-live")).not_to_have_attribute("hx-trigger", "every 1s")
+    _shot(page, "run")
+
+    # Pause with a reason, then resume.
+    page.goto(job_url)
+    page.get_by_label("Pause, with a reason").fill("maintenance window")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    expect(page.locator("h1 .badge")).to_have_text("paused")
+    expect(page.locator("main")).to_contain_text("paused since")
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("h1 .badge")).to_have_text("active")
+
+    # A failing job's run lands in the DLQ; replay it from there.
+    page.goto(f"{base}/jobs/?q=always-fails")
+    page.get_by_role("button", name="Run always-fails now").click()
+    expect(page.locator("#run-status")).to_contain_text("dead", timeout=40_000)
+    page.goto(f"{base}/dlq/")
+    expect(page.locator("main")).to_contain_text("builtin.fail: attempt 1 fails as asked")
+    _shot(page, "dlq")
+    page.locator("input[name=run]").first.check()
+    page.get_by_role("button", name="Replay selected").click()
+    expect(page.locator(".messages")).to_contain_text("1 run replayed.")
+
+    # Draw a diamond DAG through the UI and see its nodes coloured after runs.
+    for downstream, upstreams in (
+        ("dag-b", ["dag-a"]),
+        ("dag-c", ["dag-a"]),
+        ("dag-d", ["dag-b", "dag-c"]),
+    ):
+        page.goto(f"{base}/jobs/?q={downstream}")
+        page.get_by_role("link", name=downstream, exact=True).click()
+        page.get_by_role("link", name="DAG").click()
+        for upstream in upstreams:
+            page.get_by_label("Add an upstream job (id or exact name)").fill(upstream)
+            page.get_by_role("button", name="Add edge").click()
+            expect(page.locator(".messages")).to_contain_text("Dependencies saved.")
+    dag_url = page.url
+    expect(page.locator("svg.dag path.edge")).to_have_count(4)
+    for name in ("dag-a", "dag-b", "dag-c", "dag-d"):
+        page.goto(f"{base}/jobs/?q={name}")
+        page.get_by_role("button", name=f"Run {name} now").click()
+        expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=40_000)
+    page.goto(dag_url)
+    expect(page.locator('svg.dag g.node[data-status="succeeded"]')).to_have_count(4)
+    _shot(page, "dag")
+
+    # The main pages, for the README.
+    page.goto(f"{base}/jobs/")
+    _shot(page, "jobs")
+    page.goto(job_url)
+    _shot(page, "job-detail")
+    page.goto(f"{base}/")
+    _shot(page, "overview")
+    phone = _page(browser, viewport=(390, 844))
+    _login(phone, base, alpha.admin_user, alpha.admin_password)
+    phone.goto(f"{base}/jobs/")
+    _shot(phone, "jobs-phone")
+
+    # A second tenant sees none of it.
+    other = _page(browser)
+    beta_base = f"http://{beta.domain}:{stack['port']}"
+    _login(other, beta_base, beta.admin_user, beta.admin_password)
+    other.goto(f"{beta_base}/jobs/")
+    for name in ("browser-report", "always-fails", "dag-a"):
+        expect(other.locator("main")).not_to_contain_text(name)
+    job_path = job_url.split(str(stack["port"]), 1)[1]
+    response = other.goto(f"{beta_base}{job_path}")
+    assert response.status == 404
+
+
+def test_an_operator_suspends_a_tenant_in_admin(stack, operator_user, browser):
+    from playwright.sync_api import expect
+
+    beta = stack["world"]["beta"]
+    public = f"http://localhost:{stack['port']}"
+    page = _page(browser)
+    page.goto(f"{public}/admin/")
+    page.get_by_label("Username").fill(operator_user[0])
+    page.get_by_label("Password").fill(operator_user[1])
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("link", name="Fleet health").first.click()
+    expect(page.locator("#content")).to_contain_text("Queue depth")
+    _shot(page, "admin-fleet")
+    page.goto(f"{public}/admin/tenants/tenant/")
+    page.locator("tr", has_text="beta").locator("input.action-select").check()
+    page.locator("select[name=action]").select_option("suspend_tenants")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator(".messagelist")).to_contain_text("1 tenant(s) suspended.")
+    expect(page.locator("tr", has_text="beta")).to_contain_text("suspended")
+    _shot(page, "admin-tenants")
+    portal = _page(browser)
+    response = portal.goto(f"http://{beta.domain}:{stack['port']}/login/")
+    assert response.status == 403
+    expect(portal.locator("h1")).to_contain_text("is suspended")

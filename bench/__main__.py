@@ -39,13 +39,25 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--seconds", type=float, default=60.0)
     many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
+    pages = sub.add_parser("portal-pages", help="portal jobs list and job history server time")
+    pages.add_argument("--jobs", type=int, default=100_000)
+    pages.add_argument("--runs", type=int, default=1_000_000)
+    pages.add_argument("--repeats", type=int, default=30)
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
-    from . import concurrency, fire_lag, leader_cost, many_tenants, schedule_math, throughput
+    from . import (
+        concurrency,
+        fire_lag,
+        leader_cost,
+        many_tenants,
+        portal_pages,
+        schedule_math,
+        throughput,
+    )
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
@@ -58,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         result = throughput.run(args.count, args.repeats)
     elif args.bench == "many-tenants":
         result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
+    elif args.bench == "portal-pages":
+        result = portal_pages.run(args.jobs, args.runs, args.repeats)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -66,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "many_tenants": many_tenants.run(50, 10),
+            "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
         }
     if args.json:
         print(json.dumps(result, default=str))

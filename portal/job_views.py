@@ -232,7 +232,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "chart": chart,
         "p50": human_seconds(chart.p50),
         "p95": human_seconds(chart.p95),
-        "skipped": skipped_by_reason(job.id),
+        "skips": skipped_by_reason(job.id),
         "audit": _audit_rows(job),
         "upstream": upstream,
         "downstream": downstream,

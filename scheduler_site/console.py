@@ -49,7 +49,7 @@ def dlq_sizes(tenants: list[Tenant]) -> dict[int, int | None]:
         return {}
     parts = [
         sql.SQL("SELECT {tid}::bigint, count(*) FROM {runs} WHERE status = {dead}").format(
-            tid=sql.Literal(t.id), runs=table(t.schema_name, "runs_run"), dead=STATUS["dead"]
+            tid=sql.Literal(t.id), runs=table(t.schema_name, "runs_run"), dead=STATUS[states.DEAD]
         )
         for t in tenants
     ]

@@ -18,6 +18,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from jobs.calendars import CalendarInUse, CalendarNotFound
 from jobs.services import JobNotFound, QuotaExceeded
 from jobs.validation import JobValidationError
 from runs.services import BackfillError, RunNotFound, RunStateError
@@ -29,6 +30,7 @@ TYPE_BASE = "urn:tickwork:problem:"
 VALIDATION = TYPE_BASE + "validation-error"
 QUOTA = TYPE_BASE + "quota-exceeded"
 RUN_STATE = TYPE_BASE + "run-state-conflict"
+IN_USE = TYPE_BASE + "in-use"
 Errors = dict[str, list[str]]
 
 
@@ -83,13 +85,15 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return validation_problem(exc.errors)
     if isinstance(exc, BackfillError):
         return validation_problem({exc.field: [str(exc)]})
-    if isinstance(exc, JobNotFound | RunNotFound | Http404):
+    if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | Http404):
         # Ids of other tenants land here too: 404 never confirms that something exists.
         return problem(404, "No such object.")
     if isinstance(exc, QuotaExceeded):
         return problem(400, str(exc), type_=QUOTA)
     if isinstance(exc, RunStateError):
         return problem(409, str(exc), type_=RUN_STATE)
+    if isinstance(exc, CalendarInUse):
+        return problem(409, str(exc), type_=IN_USE)
     return None
 
 

@@ -23,7 +23,7 @@ from django.db import connection
 
 from core import index
 from core.keys import index_key
-from jobs.schedule_fields import schedule_of
+from jobs.schedule_fields import calendar_value, schedule_of
 from runs import states
 from runs.ids import uuid7
 
@@ -126,7 +126,8 @@ def _plan_and_write(
 
 def _plan_one(engine: Engine, job: store.JobRow, now: datetime, horizon: datetime) -> list[tuple]:
     """The job's run rows up to the horizon; moves `job.next_run_at` to its new cursor."""
-    schedule = schedule_of(job)
+    calendars = [calendar_value(name, dates, ranges) for name, dates, ranges in job.calendars]
+    schedule = schedule_of(job, calendars)
     if schedule is None:
         raise ValueError(f"schedule kind {job.schedule_kind!r} without its fields")
     plan = plan_job(

@@ -8,7 +8,10 @@ from there up to the horizon (now + lookahead) and decides each one's fate:
 - an older slot was missed (no leader, the job paused, the job re-enabled): the misfire
   policy decides (`skip`: all skipped; `run_once`: the latest runs unless an on-time slot
   already does; `run_all`: the latest `max_catchup_runs` run, older ones are skipped);
-- a slot the DST policy drops is a `skipped` run with reason `dst`.
+- a slot the DST policy drops is a `skipped` run with reason `dst`, and one on a date of
+  an exclusion calendar, `excluded`;
+- once the schedule has no slot left (a one-off that fired, an end passed), the plan's
+  `next_run_at` is None and the job is complete.
 
 Every slot leaves a row, so a tenant can see why nothing ran at 02:30, except slots older
 than `max_age_seconds`, which are counted in `dropped` rather than written one by one.
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from jobs.schedules import Schedule, Slot, jitter_seconds_for, next_slot
+from jobs.schedules import Schedule, Slot, jitter_seconds_for, next_slot_or_none
 from runs import states
 
 EPSILON = timedelta(microseconds=1)
@@ -53,18 +56,20 @@ class JobPlan:
 
 
 @lru_cache(maxsize=200_000)
-def cached_next_slot(schedule: Schedule, after: datetime) -> Slot:
-    """Many jobs share a schedule and a cursor (10,000 `* * * * *` jobs): compute once."""
-    return next_slot(schedule, after)
+def cached_next_slot(schedule: Schedule, after: datetime) -> Slot | None:
+    """Many jobs share a schedule and a cursor (10,000 `* * * * *` jobs): compute once.
+    None: the schedule has no slot after `after` (a one-off that passed, an end)."""
+    return next_slot_or_none(schedule, after)
 
 
 def _slots_between(schedule: Schedule, start: datetime, horizon: datetime):
-    """Slots with start <= at <= horizon, then the first slot after the horizon."""
+    """Slots with start <= at <= horizon, then the first slot after the horizon (or None
+    once the schedule has ended)."""
     slot = cached_next_slot(schedule, start - EPSILON)
-    while slot.at <= horizon:
+    while slot is not None and slot.at <= horizon:
         yield slot
         slot = cached_next_slot(schedule, slot.at)
-    yield slot  # beyond the horizon: the job's next cursor
+    yield slot  # beyond the horizon: the job's next cursor; None: no more
 
 
 def _skip_reason_for_missed(at: datetime, paused_window: tuple[datetime, datetime] | None) -> str:
@@ -93,6 +98,8 @@ def plan_job(
     missed: deque[Slot] = deque(maxlen=max(rules.max_catchup_runs, MAX_MISSED_RECORDS))
     on_time: list[PlannedRun] = []
     for slot in _slots_between(schedule, start, horizon):
+        if slot is None:  # the schedule has ended: next_run_at stays None
+            break
         if slot.at > horizon:
             plan.next_run_at = slot.at
             break

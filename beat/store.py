@@ -8,7 +8,8 @@ from `runs.states` through `runs.status_sql.STATUS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +43,10 @@ JOB_COLUMNS = (
     "max_concurrent_runs",
     "timeout_seconds",
     "version",
+    "extra_specs",
+    "run_at_wall",
+    "start_at",
+    "end_at",
 )
 # The condition of job_schedulable_idx: a job whose slots the leader materialises.
 SCHEDULABLE = "deleted_at IS NULL AND NOT paused AND next_run_at IS NOT NULL AND fault_code = ''"
@@ -92,6 +97,19 @@ class JobRow:
     max_concurrent_runs: int
     timeout_seconds: int
     version: int
+    extra_specs: list
+    run_at_wall: str
+    start_at: datetime | None
+    end_at: datetime | None
+    calendars: list = field(default_factory=list)  # [(name, dates, ranges)]
+
+    def __post_init__(self) -> None:
+        # Raw queries return jsonb as text: Django registers no loader on its connections.
+        if isinstance(self.extra_specs, str):
+            self.extra_specs = json.loads(self.extra_specs)
+        if isinstance(self.calendars, str):
+            self.calendars = json.loads(self.calendars)
+        self.calendars = self.calendars or []
 
     @property
     def schedulable(self) -> bool:
@@ -108,8 +126,19 @@ def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], se
     """Lock the jobs to materialise. A job an edit holds locked is skipped, not waited
     for (the leader never queues behind a tenant's request); returns (locked rows, ids of
     the jobs that are locked elsewhere and so left for the next iteration)."""
-    query = sql.SQL("SELECT {} FROM {} WHERE id = ANY(%s::bigint[]) FOR UPDATE SKIP LOCKED").format(
-        sql.SQL(", ").join(map(sql.Identifier, JOB_COLUMNS)), table(schema, "jobs_job")
+    query = sql.SQL(
+        """
+        SELECT {cols},
+               (SELECT json_agg(json_build_array(c.name, c.dates, c.ranges))
+                FROM {links} jc JOIN {calendars} c ON c.id = jc.exclusioncalendar_id
+                WHERE jc.job_id = j.id)
+        FROM {jobs} j WHERE j.id = ANY(%s::bigint[]) FOR UPDATE OF j SKIP LOCKED
+        """
+    ).format(
+        cols=sql.SQL(", ").join(sql.SQL("j.{}").format(sql.Identifier(c)) for c in JOB_COLUMNS),
+        jobs=table(schema, "jobs_job"),
+        links=table(schema, "jobs_job_calendars"),
+        calendars=table(schema, "jobs_exclusioncalendar"),
     )
     cursor.execute(query, [pg_array(job_ids)])
     rows = [JobRow(*row) for row in cursor.fetchall()]
@@ -161,9 +190,11 @@ def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]
     if not cursors:
         return
     job_ids, nexts = map(list, zip(*cursors, strict=True))
+    # No next slot: the schedule has ended, and the job is complete.
     query = sql.SQL(
         """
-        UPDATE {jobs} AS j SET next_run_at = u.next
+        UPDATE {jobs} AS j SET next_run_at = u.next,
+               completed_at = CASE WHEN u.next IS NULL THEN now() ELSE j.completed_at END
         FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, next) WHERE j.id = u.id
         """
     ).format(jobs=table(schema, "jobs_job"))

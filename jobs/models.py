@@ -14,8 +14,9 @@ def new_hash_seed() -> str:
 
 class Job(models.Model):
     class ScheduleKind(models.TextChoices):
-        CRON = "cron"
+        CRON = "cron"  # one or more cron specs (a union: `extra_specs`)
         INTERVAL = "interval"
+        AT = "at"  # one-off: a wall time in `timezone` (`run_at_wall`)
         NONE = "none"  # runs on demand or as a dependency only
 
     class TargetType(models.TextChoices):
@@ -45,6 +46,15 @@ class Job(models.Model):
     cron_expression = models.CharField(max_length=200, blank=True, default="")  # as written
     cron_resolved = models.CharField(max_length=200, blank=True, default="")  # H resolved
     timezone = models.CharField(max_length=64, default="UTC")
+    # More cron specs besides the first: [{"cron": as written, "resolved": H resolved,
+    # "timezone": zone}]; the job fires on the union of all (a shared instant once).
+    extra_specs = models.JSONField(default=list, blank=True, db_default=models.Value([]))
+    run_at_wall = models.CharField(max_length=32, blank=True, default="", db_default="")
+    # No slot before start_at (inclusive) or from end_at on (exclusive).
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    # Slots on these calendars' dates (local dates in `timezone`) are skipped, `excluded`.
+    calendars = models.ManyToManyField("ExclusionCalendar", blank=True, related_name="jobs")
     interval_seconds = models.PositiveIntegerField(null=True, blank=True)
     anchor_at = models.DateTimeField(null=True, blank=True)  # interval fire times: anchor + k*n
     hash_seed = models.CharField(max_length=32, default=new_hash_seed)  # stable `H` and jitter
@@ -80,6 +90,9 @@ class Job(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     # Set by the leader when the job's stored fields cannot be planned (e.g. its time zone
     # no longer exists): the job is parked until an edit or a resume clears it.
+    # Set by the leader when the schedule has no slot left (a one-off that fired, an end
+    # passed): the job is `completed`; an edit that gives it slots again clears it.
+    completed_at = models.DateTimeField(null=True, blank=True)
     fault_code = models.CharField(max_length=32, blank=True, default="", db_default="")
     fault_detail = models.TextField(blank=True, default="", db_default="")
     faulted_at = models.DateTimeField(null=True, blank=True)
@@ -116,7 +129,9 @@ class Job(models.Model):
             return "deleted"
         if self.paused:
             return "paused"
-        return "parked" if self.fault_code else "active"
+        if self.fault_code:
+            return "parked"
+        return "completed" if self.completed_at is not None else "active"
 
     @property
     def schedulable(self) -> bool:
@@ -127,6 +142,24 @@ class Job(models.Model):
             and self.next_run_at is not None
             and not self.fault_code
         )
+
+
+class ExclusionCalendar(models.Model):
+    """A tenant's named set of dates (public holidays, a freeze) that jobs can skip.
+    `dates`: ["2026-12-25", ...]; `ranges`: [["2026-12-24", "2026-12-26"], ...], inclusive."""
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.TextField(blank=True, default="")
+    dates = models.JSONField(default=list, blank=True)
+    ranges = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Dependency(models.Model):

@@ -1,5 +1,8 @@
-"""A schedule's next fire times before (or while) it is saved: the API's
-`GET /schedule/preview` and the portal's live preview both call `schedule_preview`.
+"""What a schedule would do, before (or while) it is saved, so that the API, the portal's
+live preview and the leader agree: `schedule_preview` for one cron expression or interval
+(the API's `GET /schedule/preview`, the portal's form), `preview` for any schedule in the
+job input shape (several specs, one-offs, start/end, exclusion calendars: the API's
+`POST /schedule/preview`), each slot marked firing or skipped and noted on a DST day.
 
 `H` fields resolve with `seed`: the fixed "preview" for a job not created yet (a new job
 gets its own seed, so its `H` values may differ), the job's own seed when editing it.
@@ -9,20 +12,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 
-from .schedules import Schedule, describe, interval_schedule, next_fire, parse_cron
+from .models import ExclusionCalendar
+from .schedule_fields import calendar_value, schedule_of
+from .schedule_input import validate_schedule
+from .schedules import (
+    Schedule,
+    describe,
+    interval_schedule,
+    jitter_seconds_for,
+    next_fire,
+    next_slot_or_none,
+    parse_cron,
+)
 from .schedules.zones import transitions_between
+from .validation import Errors, JobValidationError
 
 PREVIEW_SEED = "preview"
+MAX_COUNT = 50
 
 
 @dataclass(frozen=True)
 class PreviewSlot:
     at: datetime  # in the schedule's zone
-    dst_note: str  # "" or what the zone's clocks do on that local date
+    dst_note: str = ""  # "" or what the zone's clocks do on that local date
+    skip_reason: str | None = None  # None: fires; "dst", "excluded": recorded as skipped
+
+    @property
+    def dst_day(self) -> bool:
+        return bool(self.dst_note)
 
 
 @dataclass(frozen=True)
@@ -112,3 +135,48 @@ def schedule_preview(
         local = at.astimezone(zone)
         slots.append(PreviewSlot(local, dst_note(zone, local) if cron is not None else ""))
     return Preview(describe(schedule), zone.key, slots)
+
+
+def preview(
+    schedule: Any,
+    *,
+    now: datetime,
+    start: datetime | None = None,
+    count: int = 10,
+    dst_gap: str = "shift",
+    dst_repeat: str = "first",
+    jitter_seconds: int = 0,
+) -> dict:
+    """{"description", "timezone", "slots": [PreviewSlot]} for a schedule in the job input
+    shape; raises JobValidationError naming the bad field."""
+    errors = Errors()
+    parsed = validate_schedule(
+        errors, schedule, seed=PREVIEW_SEED, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
+    )
+    errors.raise_if_any()
+    if parsed.fields.get("schedule_kind") == "none":
+        raise JobValidationError({"schedule": ["give a schedule to preview"]})
+    calendars = _calendars(parsed.calendars or [])
+    job = SimpleNamespace(dst_gap=dst_gap, dst_repeat=dst_repeat, **parsed.fields)
+    resolved = schedule_of(job, calendars)
+    zone = ZoneInfo(job.timezone if job.schedule_kind != "interval" else "UTC")
+    slots, after = [], start or now
+    for _ in range(min(count, MAX_COUNT)):
+        slot = next_slot_or_none(resolved, after)
+        if slot is None:
+            break
+        delay = jitter_seconds_for(PREVIEW_SEED, slot.at, jitter_seconds)
+        local = (slot.at + timedelta(seconds=delay)).astimezone(zone)
+        slots.append(PreviewSlot(local, dst_note(zone, local), slot.skip_reason))
+        after = slot.at
+    return {"description": describe(resolved), "timezone": str(zone), "slots": slots}
+
+
+def _calendars(names: list[str]) -> list:
+    rows = {c.name: c for c in ExclusionCalendar.objects.filter(name__in=names)}
+    missing = [n for n in names if n not in rows]
+    if missing:
+        raise JobValidationError(
+            {"schedule.calendars": [f"no such calendar: {', '.join(missing)}"]}
+        )
+    return [calendar_value(c.name, c.dates, c.ranges) for c in rows.values()]

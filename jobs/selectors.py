@@ -16,7 +16,7 @@ def _with_relations(queryset: QuerySet[Job]) -> QuerySet[Job]:
     upstreams = Prefetch(
         "upstream_links", queryset=Dependency.objects.order_by("upstream_id"), to_attr="upstreams"
     )
-    return queryset.prefetch_related(upstreams)
+    return queryset.prefetch_related(upstreams, "calendars")
 
 
 def job_list(
@@ -29,7 +29,9 @@ def job_list(
     elif state == "parked":
         jobs = jobs.filter(paused=False).exclude(fault_code="")
     elif state == "active":
-        jobs = jobs.filter(paused=False, fault_code="")
+        jobs = jobs.filter(paused=False, fault_code="", completed_at__isnull=True)
+    elif state == "completed":
+        jobs = jobs.filter(paused=False, fault_code="", completed_at__isnull=False)
     if priority is not None:
         jobs = jobs.filter(priority=priority)
     if q:

@@ -20,9 +20,9 @@ from tenants.models import Tenant
 
 from .dag import find_cycle, replace_upstreams
 from .indexing import save_and_index
-from .models import AuditEvent, Dependency, Job, new_hash_seed
-from .schedule_fields import schedule_of
-from .schedules import ScheduleError, next_slot
+from .models import AuditEvent, Dependency, ExclusionCalendar, Job, new_hash_seed
+from .schedule_fields import calendar_value, job_calendars, schedule_of
+from .schedules import ScheduleError, next_slot_or_none
 from .signals import job_deleted, schedule_changed
 from .validation import SCHEDULE_FIELDS, JobValidationError, clean_job_input
 
@@ -65,9 +65,41 @@ def audit_record(
     )
 
 
-def first_slot_after(job: Job, now: datetime) -> datetime | None:
-    schedule = schedule_of(job)
-    return next_slot(schedule, now).at if schedule is not None else None
+def first_slot_after(job: Job, now: datetime, calendars=None) -> datetime | None:
+    """The job's first slot after `now` (None: on demand, or the schedule has ended).
+    `calendars`: its exclusion calendars as values (default: read from the job)."""
+    if calendars is None:
+        calendars = job_calendars(job) if job.pk else []
+    schedule = schedule_of(job, calendars)
+    if schedule is None:
+        return None
+    slot = next_slot_or_none(schedule, now)
+    return slot.at if slot is not None else None
+
+
+def _calendars_named(names: list[str]) -> list[ExclusionCalendar]:
+    found = {c.name: c for c in ExclusionCalendar.objects.filter(name__in=names)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise JobValidationError(
+            {"schedule.calendars": [f"no such calendar: {', '.join(missing)}"]}
+        )
+    return [found[n] for n in names]
+
+
+def _plan_schedule(job: Job, clean, now: datetime, *, creating: bool) -> list | None:
+    """Set `next_run_at` (and clear `completed_at`) from the job's schedule as it now is;
+    returns the calendars to attach (None: unchanged). A new schedule with no slot left
+    after now is refused: nothing would ever run."""
+    rows = _calendars_named(clean.calendars) if clean.calendars is not None else None
+    values = [calendar_value(c.name, c.dates, c.ranges) for c in rows] if rows is not None else None
+    job.next_run_at = first_slot_after(job, now, values)
+    if job.next_run_at is None and job.schedule_kind != "none":
+        raise JobValidationError(
+            {"schedule": ["has no slot after now (its one instant, or its end, has passed)"]}
+        )
+    job.completed_at = None
+    return rows
 
 
 def _set_dependencies(job: Job, upstream_ids: list[int]) -> None:
@@ -100,8 +132,10 @@ def job_create(*, tenant: Tenant, actor: Actor, data: dict, clock: Clock) -> Job
         if Job.objects.filter(deleted_at__isnull=True).count() >= tenant_job_limit():
             raise QuotaExceeded(f"this tenant already has {tenant_job_limit()} jobs, the limit")
         job = Job(hash_seed=seed, created_by=actor.label, **clean.fields)
-        job.next_run_at = first_slot_after(job, now)
+        calendars = _plan_schedule(job, clean, now, creating=True)
         save_and_index(tenant, job, creating=True)
+        if calendars:
+            job.calendars.set(calendars)
         if clean.depends_on:
             _set_dependencies(job, clean.depends_on)
         _audit(actor, "create", job, {"fields": sorted(clean.fields)})
@@ -121,8 +155,10 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
         before = {key: getattr(job, key) for key in changed}
         for key, value in changed.items():
             setattr(job, key, value)
-        if any(k in SCHEDULE_FIELDS for k in changed):
-            job.next_run_at = first_slot_after(job, now)
+        names_before = sorted(job.calendars.values_list("name", flat=True))
+        calendars_changed = clean.calendars is not None and clean.calendars != names_before
+        rescheduled = calendars_changed or any(k in SCHEDULE_FIELDS for k in changed)
+        calendars = _plan_schedule(job, clean, now, creating=False) if rescheduled else None
         _clear_fault(job, now)
         upstreams = None
         if clean.depends_on is not None:
@@ -131,7 +167,12 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
             )
             _set_dependencies(job, clean.depends_on)
         save_and_index(tenant, job)
-        if any(k in SCHEDULE_FIELDS for k in changed):
+        if calendars is not None:
+            job.calendars.set(calendars)
+            if calendars_changed:
+                changed["calendars"] = clean.calendars
+                before["calendars"] = names_before
+        if rescheduled:
             schedule_changed.send(sender=Job, job=job, now=now)
         diff = _diff(before, changed)
         if upstreams is not None and upstreams != clean.depends_on:

@@ -4,15 +4,15 @@ into model field values, or a JobValidationError naming every bad field and why.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.utils.dateparse import parse_datetime
 
 from core.registry import get_task, task_names
 from core.ssrf import RefusedDestination, check_url_syntax
-from jobs.schedules import ScheduleError, interval_schedule, parse_cron
+
+from .schedule_input import schedule_as_input, validate_schedule
 
 PRIORITIES = ("high", "normal", "low")
 CONCURRENCY = ("allow", "forbid", "queue", "replace")
@@ -35,6 +35,10 @@ SCHEDULE_FIELDS = (
     "dst_gap",
     "dst_repeat",
     "jitter_seconds",  # the due time of every slot
+    "extra_specs",
+    "run_at_wall",
+    "start_at",
+    "end_at",
 )
 
 
@@ -85,84 +89,6 @@ def _choice(errors: Errors, field: str, value: Any, choices: tuple[str, ...]) ->
 
 def _json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")).encode())
-
-
-def validate_schedule(
-    errors: Errors, schedule: Any, *, seed: str, dst_gap: str, dst_repeat: str, now: datetime
-) -> dict:
-    if schedule is None:
-        return {
-            "schedule_kind": "none",
-            "cron_expression": "",
-            "cron_resolved": "",
-            "interval_seconds": None,
-            "anchor_at": None,
-        }
-    if not isinstance(schedule, dict):
-        errors.add("schedule", "must be an object with `cron` or `interval_seconds`, or null")
-        return {}
-    has_cron, has_interval = "cron" in schedule, "interval_seconds" in schedule
-    if has_cron == has_interval:
-        errors.add("schedule", "give exactly one of `cron` or `interval_seconds`")
-        return {}
-    if has_cron:
-        return _validate_cron(errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat)
-    return _validate_interval(errors, schedule, now=now)
-
-
-def _validate_cron(
-    errors: Errors, schedule: dict, *, seed: str, dst_gap: str, dst_repeat: str
-) -> dict:
-    expression, zone = schedule.get("cron"), schedule.get("timezone", "UTC")
-    if not isinstance(expression, str) or not isinstance(zone, str):
-        errors.add("schedule.cron", "cron and timezone must be strings")
-        return {}
-    try:
-        parsed = parse_cron(
-            expression, timezone=zone, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat
-        )
-    except ScheduleError as exc:
-        where = "schedule.timezone" if exc.field == "timezone" else "schedule.cron"
-        if exc.field in ("dst_gap", "dst_repeat"):
-            where = exc.field
-        errors.add(where, str(exc))
-        return {}
-    return {
-        "schedule_kind": "cron",
-        "cron_expression": expression.strip(),
-        "cron_resolved": parsed.expression,
-        "timezone": zone,
-        "interval_seconds": None,
-        "anchor_at": None,
-    }
-
-
-def _validate_interval(errors: Errors, schedule: dict, *, now: datetime) -> dict:
-    seconds = schedule.get("interval_seconds")
-    anchor = now.replace(microsecond=0)
-    if schedule.get("start_at") is not None:
-        parsed = parse_datetime(str(schedule["start_at"]))
-        if parsed is None or parsed.tzinfo is None:
-            errors.add("schedule.start_at", "must be an ISO 8601 instant with an offset")
-            return {}
-        anchor = parsed.astimezone(UTC)
-    if isinstance(seconds, bool) or not isinstance(seconds, int):
-        errors.add("schedule.interval_seconds", "must be a whole number of seconds")
-        return {}
-    try:
-        interval_schedule(
-            seconds, anchor=anchor, minimum_seconds=settings.SCHEDULER_MIN_INTERVAL_SECONDS
-        )
-    except ScheduleError as exc:
-        errors.add("schedule.interval_seconds", str(exc))
-        return {}
-    return {
-        "schedule_kind": "interval",
-        "cron_expression": "",
-        "cron_resolved": "",
-        "interval_seconds": seconds,
-        "anchor_at": anchor,
-    }
 
 
 def validate_target(errors: Errors, target: Any) -> dict:
@@ -263,17 +189,12 @@ _UNCHANGED = object()
 
 
 class CleanJob:
-    def __init__(self, fields: dict, depends_on: list[int] | None) -> None:
+    def __init__(
+        self, fields: dict, depends_on: list[int] | None, calendars: list[str] | None = None
+    ) -> None:
         self.fields = fields
         self.depends_on = depends_on
-
-
-def _existing_schedule(job) -> dict | None:
-    if job.schedule_kind == "cron":
-        return {"cron": job.cron_expression, "timezone": job.timezone}
-    if job.schedule_kind == "interval":
-        return {"interval_seconds": job.interval_seconds, "start_at": job.anchor_at.isoformat()}
-    return None
+        self.calendars = calendars  # names, or None: unchanged
 
 
 def _existing_retry(job) -> dict:
@@ -348,19 +269,24 @@ def clean_job_input(data: Any, *, existing=None, seed: str, now: datetime) -> Cl
     _simple(errors, data, fields)
     dst_gap = fields.get("dst_gap", getattr(existing, "dst_gap", "shift"))
     dst_repeat = fields.get("dst_repeat", getattr(existing, "dst_repeat", "first"))
+    calendars = None
     if "schedule" in data or creating:
         # A job created with only `depends_on` runs on demand or as a dependency.
         schedule = data.get("schedule")
-    elif ("dst_gap" in fields or "dst_repeat" in fields) and existing.schedule_kind == "cron":
-        schedule = _existing_schedule(existing)  # re-resolve with the new DST policy
+    elif ("dst_gap" in fields or "dst_repeat" in fields) and existing.schedule_kind in (
+        "cron",
+        "at",
+    ):
+        schedule = schedule_as_input(existing, [])  # re-resolve with the new DST policy
     else:
         schedule = _UNCHANGED
     if schedule is not _UNCHANGED:
-        fields.update(
-            validate_schedule(
-                errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
-            )
+        parsed = validate_schedule(
+            errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
         )
+        fields.update(parsed.fields)
+        # Calendars change only with a `schedule` given (a DST edit keeps the job's own).
+        calendars = parsed.calendars if "schedule" in data or creating else None
     if "target" in data:
         fields.update(validate_target(errors, data["target"]))
     if "payload" in data:
@@ -375,4 +301,4 @@ def clean_job_input(data: Any, *, existing=None, seed: str, now: datetime) -> Cl
     if interval and jitter and jitter >= interval:
         errors.add("jitter_seconds", "must be shorter than the interval")
     errors.raise_if_any()
-    return CleanJob(fields, depends_on)
+    return CleanJob(fields, depends_on, calendars)

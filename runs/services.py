@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from core.clock import Clock
 from jobs.models import AuditEvent, Job
-from jobs.schedule_fields import schedule_of
+from jobs.schedule_fields import job_calendars, schedule_of
 from jobs.schedules import iter_slots, jitter_seconds_for
 from jobs.services import Actor, JobNotFound
 from jobs.validation import Errors, JobValidationError, validate_payload
@@ -193,7 +193,7 @@ def job_backfill(
         raise JobNotFound(job_id)
     if end < start:
         raise BackfillError("end", "must not be before start")
-    schedule = schedule_of(job)
+    schedule = schedule_of(job, job_calendars(job))
     if schedule is None:
         raise BackfillError("job", "the job has no schedule to backfill")
     slots = []
@@ -248,7 +248,7 @@ def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
 
 
 def _slot_runs(job: Job, after: datetime, until: datetime) -> list[SlotRun]:
-    schedule = schedule_of(job)
+    schedule = schedule_of(job, job_calendars(job))
     if schedule is None or job.paused or job.fault_code:
         return []
     wanted = []

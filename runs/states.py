@@ -59,7 +59,15 @@ SKIP_MISFIRE = "misfire"
 SKIP_DST = "dst"
 SKIP_PAUSED = "paused"
 SKIP_UPSTREAM_FAILED = "upstream_failed"
-SKIP_REASONS = (SKIP_OVERLAP, SKIP_MISFIRE, SKIP_DST, SKIP_PAUSED, SKIP_UPSTREAM_FAILED)
+SKIP_EXCLUDED = "excluded"  # the slot's date is on one of the job's exclusion calendars
+SKIP_REASONS = (
+    SKIP_OVERLAP,
+    SKIP_MISFIRE,
+    SKIP_DST,
+    SKIP_PAUSED,
+    SKIP_UPSTREAM_FAILED,
+    SKIP_EXCLUDED,
+)
 
 
 class IllegalTransition(ValueError):

@@ -18,6 +18,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from jobs.calendars import CalendarInUse, CalendarNotFound
 from jobs.services import JobNotFound, QuotaExceeded
 from jobs.validation import JobValidationError
 from runs.services import BackfillError, RunNotFound, RunStateError
@@ -36,6 +37,7 @@ class TenantSuspendedError(Exception):
     """The request's tenant is suspended by an operator: nothing it asks is done."""
 
 
+IN_USE = TYPE_BASE + "in-use"
 Errors = dict[str, list[str]]
 
 
@@ -90,7 +92,7 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return validation_problem(exc.errors)
     if isinstance(exc, BackfillError):
         return validation_problem({exc.field: [str(exc)]})
-    if isinstance(exc, JobNotFound | RunNotFound | Http404):
+    if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | Http404):
         # Ids of other tenants land here too: 404 never confirms that something exists.
         return problem(404, "No such object.")
     if isinstance(exc, QuotaExceeded):
@@ -99,6 +101,8 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return problem(409, str(exc), type_=RUN_STATE)
     if isinstance(exc, TenantSuspendedError):
         return problem(403, str(exc), type_=TENANT_SUSPENDED)
+    if isinstance(exc, CalendarInUse):
+        return problem(409, str(exc), type_=IN_USE)
     return None
 
 

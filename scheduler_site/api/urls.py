@@ -24,6 +24,7 @@ from scheduler_site.api.runs.views import (
     RunReplayView,
 )
 
+from .calendars import CalendarCollectionView, CalendarDetailView
 from .fields import BIGINT_MAX
 from .views import ApiNotFoundView, DocsView, SchemaView
 
@@ -41,7 +42,18 @@ class JobIdConverter:
         return str(value)
 
 
+class CalendarNameConverter:
+    regex = "[^/]{1,200}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
 register_converter(JobIdConverter, "job_id")
+register_converter(CalendarNameConverter, "calendar_name")
 
 app_name = "api"
 
@@ -59,6 +71,8 @@ endpoints = [
     path("dlq", DlqCollectionView.as_view(), name="dlq"),
     path("dlq/replay", DlqReplayView.as_view(), name="dlq-replay"),
     path("schedule/preview", SchedulePreviewView.as_view(), name="schedule-preview"),
+    path("calendars", CalendarCollectionView.as_view(), name="calendars"),
+    path("calendars/<calendar_name:name>", CalendarDetailView.as_view(), name="calendar"),
 ]
 
 urlpatterns = [

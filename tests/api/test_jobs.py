@@ -81,7 +81,11 @@ def test_create_answers_201_with_the_job_and_its_location(alpha_api: Api):
 
 def test_interval_and_on_demand_schedules_render_as_the_contract_says(alpha_api: Api):
     interval = alpha_api.create_job(schedule={"interval_seconds": 300})
-    assert interval["schedule"] == {"interval_seconds": 300, "description": "Every 5 minutes"}
+    assert interval["schedule"] == {
+        "interval_seconds": 300,
+        "start_at": interval["schedule"]["start_at"],  # the anchor: creation time by default
+        "description": "Every 5 minutes",
+    }
     on_demand = alpha_api.create_job(schedule=None)
     assert (on_demand["schedule"], on_demand["next_run_at"]) == (None, None)
 

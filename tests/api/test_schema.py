@@ -39,7 +39,10 @@ def test_schema_generation_has_no_warnings(tmp_path):
 def test_the_schema_describes_every_endpoint_and_only_those(schema: dict):
     documented = {path.removeprefix("/api/v1/") for path in schema["paths"]}
     routed = {
-        str(p.pattern).replace("<job_id:job_id>", "{job_id}").replace("<uuid:run_id>", "{run_id}")
+        str(p.pattern)
+        .replace("<job_id:job_id>", "{job_id}")
+        .replace("<uuid:run_id>", "{run_id}")
+        .replace("<calendar_name:name>", "{name}")
         for p in endpoints
     }
     assert documented == routed

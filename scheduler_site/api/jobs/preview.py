@@ -9,13 +9,14 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from jobs.preview import schedule_preview
+from jobs.preview import MAX_COUNT, preview, schedule_preview
 from jobs.schedules import DST_GAP_CHOICES, DST_REPEAT_CHOICES, MAX_INTERVAL_SECONDS, ScheduleError
-from scheduler_site.api.fields import InstantField, query
+from scheduler_site.api.fields import InstantField, query, validated
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
-MAX_COUNT = 50
+from .schedule_shapes import ScheduleInputField
+
 # ScheduleError.field -> the query parameter to blame; the cron fields (minute, hour, ...)
 # belong to `cron`, and the message names the field.
 PARAMETER_OF = {
@@ -62,6 +63,39 @@ class PreviewSerializer(serializers.Serializer):
     )
 
 
+class PreviewBodySerializer(serializers.Serializer):
+    schedule = ScheduleInputField(
+        help_text="As in a job: `cron`, `specs`, `interval_seconds` or `at`, "
+        "with `start`, `end` and `calendars`."
+    )
+    dst_gap = serializers.ChoiceField(choices=DST_GAP_CHOICES, required=False, default="shift")
+    dst_repeat = serializers.ChoiceField(
+        choices=DST_REPEAT_CHOICES, required=False, default="first"
+    )
+    jitter_seconds = serializers.IntegerField(
+        required=False, default=0, min_value=0, max_value=3600
+    )
+    after = InstantField(required=False, help_text="List slots after this (default now).")
+    count = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
+
+
+class PreviewSlotSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="In the schedule's zone (UTC for an interval).")
+    skip_reason = serializers.ChoiceField(
+        choices=["dst", "excluded"],
+        allow_null=True,
+        help_text="null: the slot fires; `dst`: a DST gap drops it (dst_gap skip); "
+        "`excluded`: its date is on one of the calendars.",
+    )
+    dst_day = serializers.BooleanField(help_text="The zone changes its UTC offset that day.")
+
+
+class SlotsPreviewSerializer(serializers.Serializer):
+    description = serializers.CharField()
+    timezone = serializers.CharField()
+    slots = PreviewSlotSerializer(many=True)
+
+
 class SchedulePreviewView(ApiView):
     @extend_schema(
         operation_id="schedule_preview",
@@ -91,3 +125,31 @@ class SchedulePreviewView(ApiView):
         return Response(
             {"description": preview.description, "next": [at.isoformat() for at in preview.times]}
         )
+
+    @extend_schema(
+        operation_id="schedule_preview_full",
+        tags=["schedule"],
+        summary="Preview any schedule: its slots, skipped ones marked",
+        description="The same `schedule` object a job takes (several specs, `at`, `start` and "
+        "`end`, exclusion calendars by name) and the job's DST policy and jitter: the next "
+        "slots the leader would materialise, each marked firing or skipped and flagged on a "
+        "DST transition day.",
+        request=PreviewBodySerializer,
+        responses={200: SlotsPreviewSerializer, **problem_responses(400, *READ_PROBLEMS)},
+    )
+    def post(self, request: Request) -> Response:
+        body = validated(PreviewBodySerializer, request.data)
+        result = preview(
+            body["schedule"],
+            now=self.clock.now(),
+            start=body.get("after"),
+            count=body["count"],
+            dst_gap=body["dst_gap"],
+            dst_repeat=body["dst_repeat"],
+            jitter_seconds=body["jitter_seconds"],
+        )
+        slots = [
+            {"at": s.at.isoformat(), "skip_reason": s.skip_reason, "dst_day": s.dst_day}
+            for s in result["slots"]
+        ]
+        return Response({**result, "slots": slots})

@@ -11,13 +11,13 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from jobs.models import Job
-from jobs.schedule_fields import schedule_of
-from jobs.schedules import MAX_INTERVAL_SECONDS, describe
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMPLE_FIELDS
 from runs import states
 from scheduler_site.api.fields import StrictSerializer
 
-STATES = ("active", "paused", "parked")
+from .schedule_shapes import ScheduleField, ScheduleInputField
+
+STATES = ("active", "paused", "parked", "completed")
 
 
 def _bounds(name: str) -> dict[str, int]:
@@ -28,17 +28,6 @@ def _bounds(name: str) -> dict[str, int]:
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JSONObjectField(serializers.JSONField):
     """A JSON object (the service checks the type and the size)."""
-
-
-class CronScheduleSerializer(serializers.Serializer):
-    cron = serializers.CharField(help_text="The expression as written (`H` unresolved).")
-    timezone = serializers.CharField(help_text="An IANA time zone name.")
-    description = serializers.CharField(help_text="The schedule in words (`H` resolved).")
-
-
-class IntervalScheduleSerializer(serializers.Serializer):
-    interval_seconds = serializers.IntegerField()
-    description = serializers.CharField(help_text="The schedule in words.")
 
 
 class HttpTargetSerializer(serializers.Serializer):
@@ -61,29 +50,11 @@ class RetrySerializer(serializers.Serializer):
     jitter = serializers.BooleanField(source="retry_jitter", help_text="Randomise each delay.")
 
 
-SCHEDULE = PolymorphicProxySerializer(
-    component_name="Schedule",
-    serializers=[CronScheduleSerializer, IntervalScheduleSerializer],
-    resource_type_field_name=None,
-)
 TARGET = PolymorphicProxySerializer(
     component_name="Target",
     serializers={"http": HttpTargetSerializer, "task": TaskTargetSerializer},
     resource_type_field_name="type",
 )
-
-
-def schedule_json(job: Job) -> dict[str, Any] | None:
-    schedule = schedule_of(job)
-    if schedule is None:
-        return None
-    if job.schedule_kind == "cron":
-        return {
-            "cron": job.cron_expression,
-            "timezone": job.timezone,
-            "description": describe(schedule),
-        }
-    return {"interval_seconds": job.interval_seconds, "description": describe(schedule)}
 
 
 def target_json(job: Job) -> dict[str, Any]:
@@ -97,12 +68,6 @@ def target_json(job: Job) -> dict[str, Any]:
             "headers": target.get("headers") or {},
         }
     return {"type": "task", "task": target.get("task")}
-
-
-@extend_schema_field(SCHEDULE)
-class ScheduleField(serializers.Field):
-    def to_representation(self, job: Job) -> dict[str, Any] | None:
-        return schedule_json(job)
 
 
 @extend_schema_field(TARGET)
@@ -162,7 +127,8 @@ class JobSerializer(serializers.Serializer):
     state = serializers.ChoiceField(
         choices=STATES,
         help_text="`parked`: the scheduler could not plan the job's stored schedule (see "
-        "`fault`); an edit or a resume clears it.",
+        "`fault`); an edit or a resume clears it. `completed`: the schedule has no slot left "
+        "(a one-off that fired, an `end` passed); an edit that gives it slots clears it.",
     )
     paused_reason = serializers.CharField()
     fault = FaultField(
@@ -181,27 +147,6 @@ class JobSerializer(serializers.Serializer):
 
 
 # --- request shapes ----------------------------------------------------------------------
-
-
-class CronScheduleInputSerializer(serializers.Serializer):
-    cron = serializers.CharField(
-        max_length=200,
-        help_text="5 fields (minute hour day-of-month month day-of-week), a macro such as "
-        "@daily, and Jenkins `H` (a stable per-job value).",
-    )
-    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
-
-
-class IntervalScheduleInputSerializer(serializers.Serializer):
-    interval_seconds = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_INTERVAL_SECONDS,
-        help_text="At least SCHEDULER_MIN_INTERVAL_SECONDS (60 by default).",
-    )
-    start_at = serializers.DateTimeField(
-        required=False,
-        help_text="The anchor: fire times are start_at + k * interval_seconds (default: now).",
-    )
 
 
 class HttpTargetInputSerializer(serializers.Serializer):
@@ -231,17 +176,6 @@ class RetryInputSerializer(serializers.Serializer):
 
 @extend_schema_field(
     PolymorphicProxySerializer(
-        component_name="ScheduleInput",
-        serializers=[CronScheduleInputSerializer, IntervalScheduleInputSerializer],
-        resource_type_field_name=None,
-    )
-)
-class ScheduleInputField(serializers.JSONField):
-    pass
-
-
-@extend_schema_field(
-    PolymorphicProxySerializer(
         component_name="TargetInput",
         serializers={"http": HttpTargetInputSerializer, "task": TaskTargetSerializer},
         resource_type_field_name="type",
@@ -260,7 +194,9 @@ class JobInputSerializer(serializers.Serializer):
     schedule = ScheduleInputField(
         required=False,
         allow_null=True,
-        help_text="null: the job runs on demand or as a dependency only.",
+        help_text="null: the job runs on demand or as a dependency only. One of: `cron`; "
+        "`specs` (several cron specs, a union); `interval_seconds`; `at` (once). Any of them "
+        "may add `start`, `end` and `calendars`.",
     )
     target = TargetInputField()
     payload = JSONObjectField(required=False, help_text="At most SCHEDULER_MAX_PAYLOAD_BYTES.")

@@ -22,6 +22,7 @@ from scheduler_site.api.runs.serializers import RunSerializer
 from scheduler_site.api.throttling import ManualTriggerThrottle
 from scheduler_site.api.views import ApiView
 
+from .schedule_shapes import JOB_EXAMPLES
 from .serializers import (
     JobFilterSerializer,
     JobInputSerializer,
@@ -91,6 +92,7 @@ class JobCollectionView(JobView):
         tags=TAGS,
         summary="Create a job",
         request=JobInputSerializer,
+        examples=JOB_EXAMPLES,
         responses={201: JobSerializer, **problem_responses(*WRITE_PROBLEMS)},
     )
     def post(self, request: Request) -> Response:

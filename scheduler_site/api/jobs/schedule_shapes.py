@@ -1,0 +1,153 @@
+"""The `schedule` of a job as the API shows it and takes it (for the OpenAPI schema; the one
+place that validates a schedule is `jobs.schedule_input`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
+from rest_framework import serializers
+
+from jobs.models import Job
+from jobs.schedule_fields import job_calendars, schedule_of
+from jobs.schedule_input import schedule_as_input
+from jobs.schedules import MAX_INTERVAL_SECONDS, describe
+
+CRON_HELP = (
+    "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first when "
+    "SCHEDULER_MIN_INTERVAL_SECONDS allows it; macros (@yearly ... @hourly); Jenkins `H` "
+    "(a stable per-job value); `L` (last day), `L-3`, `15W` (nearest weekday), `LW` in the "
+    "day of month; `1#2` (second Monday) and `5L` (last Friday) in the day of week."
+)
+
+
+class _Common(serializers.Serializer):
+    start = serializers.DateTimeField(
+        required=False, help_text="No slot before this instant (inclusive)."
+    )
+    end = serializers.DateTimeField(
+        required=False, help_text="No slot from this instant on (exclusive)."
+    )
+    calendars = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Exclusion calendars of the tenant, by name: a slot on one of their dates "
+        "(in the job's zone) is skipped and recorded as `excluded`.",
+    )
+
+
+class CronSpecSerializer(serializers.Serializer):
+    cron = serializers.CharField(max_length=200, help_text=CRON_HELP)
+    timezone = serializers.CharField(required=False, help_text="An IANA time zone name.")
+
+
+class CronScheduleInputSerializer(_Common):
+    cron = serializers.CharField(max_length=200, help_text=CRON_HELP)
+    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
+
+
+class SpecsScheduleInputSerializer(_Common):
+    specs = CronSpecSerializer(
+        many=True,
+        help_text="Several cron specs: the job fires on their union, an instant two share once.",
+    )
+    timezone = serializers.CharField(
+        default="UTC", help_text="The zone of the specs that give none."
+    )
+
+
+class IntervalScheduleInputSerializer(_Common):
+    interval_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_INTERVAL_SECONDS,
+        help_text="At least SCHEDULER_MIN_INTERVAL_SECONDS (60 by default).",
+    )
+    start_at = serializers.DateTimeField(
+        required=False,
+        help_text="The anchor: fire times are start_at + k * interval_seconds (default: "
+        "`start`, else now).",
+    )
+
+
+class AtScheduleInputSerializer(_Common):
+    at = serializers.CharField(
+        help_text="A wall time in `timezone` (2026-12-24T18:00): the job fires once, then is "
+        "`completed`. A time in a DST gap follows dst_gap; a repeated one fires at its first "
+        "occurrence (dst_repeat `last`: the second)."
+    )
+    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
+
+
+SCHEDULE_INPUT = PolymorphicProxySerializer(
+    component_name="ScheduleInput",
+    serializers=[
+        CronScheduleInputSerializer,
+        SpecsScheduleInputSerializer,
+        IntervalScheduleInputSerializer,
+        AtScheduleInputSerializer,
+    ],
+    resource_type_field_name=None,
+)
+_TARGET = {"type": "task", "task": "builtin.noop"}
+SCHEDULES = {
+    "Weekdays at 09:00 in Berlin": {"cron": "0 9 * * 1-5", "timezone": "Europe/Berlin"},
+    "09:00 on weekdays and 12:00 on Saturdays, not on holidays": {
+        "specs": [{"cron": "0 9 * * 1-5"}, {"cron": "0 12 * * 6"}],
+        "timezone": "Europe/Berlin",
+        "calendars": ["holidays"],
+    },
+    "The last Friday of the month at 18:00": {"cron": "0 18 * * 5L", "timezone": "UTC"},
+    "Every 10 minutes during December": {
+        "interval_seconds": 600,
+        "start": "2026-12-01T00:00:00Z",
+        "end": "2027-01-01T00:00:00Z",
+    },
+    "Once, on Christmas Eve at 18:00 in Berlin": {
+        "at": "2026-12-24T18:00",
+        "timezone": "Europe/Berlin",
+    },
+}
+JOB_EXAMPLES = [
+    OpenApiExample(
+        title, {"name": title, "schedule": schedule, "target": _TARGET}, request_only=True
+    )
+    for title, schedule in SCHEDULES.items()
+]
+
+
+@extend_schema_field(SCHEDULE_INPUT)
+class ScheduleInputField(serializers.JSONField):
+    pass
+
+
+class ScheduleSerializer(serializers.Serializer):
+    """A job's schedule: the keys of the input shape it was given, and `description`."""
+
+    cron = serializers.CharField(required=False, help_text="As written (`H` unresolved).")
+    timezone = serializers.CharField(required=False)
+    specs = CronSpecSerializer(many=True, required=False)
+    interval_seconds = serializers.IntegerField(required=False)
+    start_at = serializers.DateTimeField(required=False, help_text="An interval's anchor.")
+    at = serializers.CharField(required=False, help_text="A one-off's wall time.")
+    start = serializers.DateTimeField(required=False)
+    end = serializers.DateTimeField(required=False)
+    calendars = serializers.ListField(child=serializers.CharField(), required=False)
+    description = serializers.CharField(help_text="The schedule in words (`H` resolved).")
+
+
+def schedule_json(job: Job) -> dict[str, Any] | None:
+    calendars = job_calendars(job)
+    out = schedule_as_input(job, sorted(c.name for c in calendars))
+    if out is None:
+        return None
+    try:
+        words = describe(schedule_of(job, calendars))
+    except (ValueError, TypeError):  # a row the scheduler parked: say why instead
+        words = f"cannot be planned: {job.fault_detail or 'invalid schedule'}"
+    return {**out, "description": words}
+
+
+@extend_schema_field(ScheduleSerializer(allow_null=True))
+class ScheduleField(serializers.Field):
+    def to_representation(self, job: Job) -> dict[str, Any] | None:
+        return schedule_json(job)

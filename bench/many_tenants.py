@@ -68,7 +68,8 @@ def clone_tenants(count: int) -> list[Tenant]:
                 )
             cursor.execute(
                 "INSERT INTO public.tenants_tenant (schema_name, slug, name, weight, "
-                "max_concurrency, created_at) VALUES (%s, %s, %s, 1, 100, now()) RETURNING id",
+                "max_concurrency, created_at, suspended_reason) "
+                "VALUES (%s, %s, %s, 1, 100, now(), '') RETURNING id",
                 [schema, SLUG.format(n), schema],
             )
             tenants.append(Tenant.objects.get(id=cursor.fetchone()[0]))

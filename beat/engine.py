@@ -49,6 +49,7 @@ class EngineConfig:
     visibility_timeout_seconds: float = 300.0
     fire_chunk: int = 2000
     fire_chunk_schemas: int = 50  # tenant schemas one fire transaction touches at most
+    fire_lock_timeout_seconds: float = 0.1
     sweep_budget_seconds: float = 0.25  # per sweep per iteration
     rebuild_budget_seconds: float = 0.4  # per iteration while a rebuild runs
 
@@ -63,6 +64,7 @@ class EngineConfig:
             misfire_max_runs=settings.SCHEDULER_MISFIRE_MAX_RUNS,
             misfire_max_age_seconds=settings.SCHEDULER_MISFIRE_MAX_AGE_SECONDS,
             visibility_timeout_seconds=settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS,
+            fire_lock_timeout_seconds=settings.SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS,
             sweep_budget_seconds=lease / 8,
             rebuild_budget_seconds=lease / 5,
         )
@@ -134,8 +136,9 @@ class Engine:
                     schema,
                     lambda t=tenant_id, s=schema, r=run_ids: self._load_runs(t, s, r, horizon),
                 )
-                if not ran:
-                    continue  # stays in the index: tried again after the tenant's back-off
+                if not ran:  # tried again after the tenant's back-off, out of the way
+                    self.defer_run_entries(tenant_id, run_ids)
+                    continue
             self.writes.remove_runs([index.member(tenant_id, r) for r in run_ids])
         return len(entries)
 
@@ -211,16 +214,18 @@ class Engine:
             self.rebuild.start(lost=lost, prune=False)
 
     def rebuild_step(self) -> bool:
-        """One bounded step of a rebuild in progress; True when none is (any more)."""
+        """One bounded step of a rebuild in progress; True when none is (any more), or
+        when what is left waits for a failing tenant's retry (nothing to do at once)."""
         if self.rebuild is None:
             return True
         if self.rebuild.step(time.monotonic() + self.config.rebuild_budget_seconds):
             self.rebuild = None
             return True
-        return False
+        return self.rebuild.waiting
 
-    def verify_removed(self, tenant_id: int, schema: str, job_ids: list[int]) -> None:
-        put_back_schedulable(self.writes, tenant_id, schema, job_ids)
+    def verify_moved(self, tenant_id: int, schema: str, moved: dict[int, float | None]) -> None:
+        """After the leader's compare-and-set moves: put back what an edit made earlier."""
+        put_back_schedulable(self.writes, tenant_id, schema, moved)
 
     # --- fault isolation -------------------------------------------------------------------
     def defer_jobs(self, tenant_id: int, scores: dict[int, float]) -> None:
@@ -234,10 +239,20 @@ class Engine:
             [Cas(index.member(tenant_id, j), s, max(s, later)) for j, s in scores.items()]
         )
 
+    def defer_run_entries(self, tenant_id: int, run_ids: list[str]) -> None:
+        """A failing tenant's runs-index entries move past the lookahead window (or to the
+        end of its back-off, if later), as `defer_jobs` does for its jobs; once it can be
+        read, the relay finds the overdue ones in PostgreSQL sooner."""
+        wait = max(self.faults.remaining(tenant_id), self.config.lookahead_seconds + 1)
+        until = self.clock.now().timestamp() + wait
+        self.writes.defer_runs([index.member(tenant_id, r) for r in run_ids], until)
+
     def defer_runs(self, entries: list[Pending]) -> None:
         if not entries:
             return
         wait = max(self.faults.remaining(entries[0].tenant_id), 1.0)
+        for entry in entries:
+            entry.judge_lateness = True  # its instant may pass while its tenant fails
         self.runs.requeue(entries, not_before=self.clock.now().timestamp() + wait)
 
     def publish_faults(self) -> None:

@@ -39,7 +39,12 @@ T = TypeVar("T")
 FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 
-# Errors a job's own data causes while it is planned: the job is parked.
+# Errors a job's own data causes while it is planned: the job is parked. ValueError and
+# TypeError stay in: a stored value the planner cannot use (a date out of range, a null
+# where a value belongs) raises them from the standard library, and parking the one job,
+# visibly (fault_code `invalid_data` with the message), costs less than backing the whole
+# tenant off; database and Redis errors are neither, so they still reach the tenant's or
+# the leader's handling.
 JOB_DATA_ERRORS = (ScheduleError, ZoneInfoNotFoundError, ValueError, TypeError, OverflowError)
 
 
@@ -117,6 +122,27 @@ class TenantFaults:
             }
             for tenant_id, fault in sorted(self.faults.items())
         ]
+
+    def adopt(self, client, key: str) -> int:
+        """A new leader takes over what its predecessor published: a tenant that was
+        failing is not tried again before its back-off ends (a tenant whose every attempt
+        costs a lock wait must not cost every leader in turn). Returns how many."""
+        try:
+            report = json.loads(client.get(key) or b"[]")
+        except ValueError:
+            return 0
+        now = self._now()
+        for item in report:
+            self.faults.setdefault(
+                int(item["tenant_id"]),
+                TenantFault(
+                    item["schema"],
+                    item["error"],
+                    int(item["failures"]),
+                    now + float(item["retry_in_seconds"]),
+                ),
+            )
+        return len(report)
 
     def publish(self, client, key: str, ttl_seconds: int) -> None:
         """For `scheduler_status`: what the leader skips right now."""

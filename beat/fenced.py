@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.keys import index_key, runs_index_key
+from core.keys import index_built_key, index_key, runs_index_key
 
 from .lease import LeaseLost
 
@@ -44,11 +44,35 @@ return applied
 _FENCED = """
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local command = ARGV[2]
-if command ~= 'LPUSH' and command ~= 'ZREM' and command ~= 'ZADDLT' then
+if command ~= 'LPUSH' and command ~= 'ZREM' and command ~= 'ZADDLT' and command ~= 'ZADDXXGT' then
   return redis.error_reply('command not allowed: ' .. command)
 end
 if command == 'ZADDLT' then return redis.call('ZADD', KEYS[2], 'LT', unpack(ARGV, 3)) end
+if command == 'ZADDXXGT' then return redis.call('ZADD', KEYS[2], 'XX', 'GT', unpack(ARGV, 3)) end
 return redis.call(command, KEYS[2], unpack(ARGV, 3))
+"""
+
+# A rebuild's progress (`beat/rebuild.py`). KEYS[1] lock, KEYS[2] the rebuild's state hash,
+# KEYS[3] the built flag; ARGV[1] token, ARGV[2] the rebuild id, ARGV[3] the operation:
+# 'start' (replace the state with ARGV[4..] field/value pairs), 'set' (fields, only while
+# the state is still this rebuild's), 'finish' (built := id and the state goes, same
+# condition). Returns 1, 0 (the state is gone or another rebuild's) or -1 (not the leader).
+_REBUILD_STATE = """
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local op = ARGV[3]
+if op == 'start' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'id', ARGV[2], unpack(ARGV, 4))
+  return 1
+end
+if redis.call('HGET', KEYS[2], 'id') ~= ARGV[2] then return 0 end
+if op == 'set' then redis.call('HSET', KEYS[2], unpack(ARGV, 4)) return 1 end
+if op == 'finish' then
+  redis.call('SET', KEYS[3], ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return redis.error_reply('unknown operation: ' .. op)
 """
 
 CHUNK = 3000  # arguments per script call, well under Lua's unpack limit (~8000)
@@ -77,6 +101,7 @@ class FencedRedis:
         self.token = token or ""
         self._cas = client.register_script(_CAS)
         self._fenced = client.register_script(_FENCED)
+        self._rebuild_state = client.register_script(_REBUILD_STATE)
 
     def _check(self, result) -> None:
         if result == -1:
@@ -105,6 +130,26 @@ class FencedRedis:
             self._fenced(keys=[self.lock_key, index_key()], args=args, client=pipe)
         for result in pipe.execute():
             self._check(result)
+
+    def rebuild_state(
+        self, state_key: str, rebuild_id: str, op: str, fields: dict[str, str] | None = None
+    ) -> bool:
+        """Write a rebuild's progress only while the state is still that rebuild's (see
+        `_REBUILD_STATE`); False when it vanished (Redis emptied) or another replaced it."""
+        args = [self.token, rebuild_id, op]
+        for name, value in (fields or {}).items():
+            args += [name, value]
+        result = self._rebuild_state(keys=[self.lock_key, state_key, index_built_key()], args=args)
+        self._check(result)
+        return result == 1
+
+    def defer_runs(self, members: list[str], until: float) -> None:
+        """Move runs-index members later (never earlier, never adding one): a failing
+        tenant's entries must not stay at the head and fill every batch."""
+        values: list = []
+        for member in members:
+            values += [repr(float(until)), member]
+        self._command(runs_index_key(), "ZADDXXGT", values)
 
     def remove_runs(self, members: list[str]) -> None:
         self._command(runs_index_key(), "ZREM", members)

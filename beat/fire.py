@@ -10,13 +10,16 @@ nothing: invariant 4).
 Admission per schema: on-time runs of active `allow` jobs move to `queued` in one
 statement (`store.queue_unconstrained`); the rest go through the full decision: a deleted
 job's runs are cancelled, a paused job's slots skipped (`paused`), schedule runs later than
-the job's misfire grace follow its misfire policy (`beat/planning.py`), and the concurrency
+the job's misfire grace follow its misfire policy (`beat/planning.py`) when they may have
+waited with no leader holding them (relayed, or put back for a failing tenant), and the concurrency
 policy (`beat/admission.py`) queues, holds, skips or replaces. Each queued run's message is
 built again if an edit changed its job's priority or timeout since it was prepared.
 
-If a statement fails for one tenant (its schema dropped, say), the chunk is done again
-with every schema in its own savepoint: the failing tenant's runs wait for its back-off,
-every other tenant's are published.
+If a statement fails for one tenant (its schema dropped, a row of it locked for longer than
+`SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS`), that tenant starts its back-off at once and the
+chunk is done again with every other schema in its own savepoint: the failing tenant's
+runs wait for its back-off, every other tenant's are published. The lease is renewed
+between schemas, so a slow tenant cannot outlast it.
 """
 
 from __future__ import annotations
@@ -101,11 +104,14 @@ def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireSt
         else:
             engine.defer_runs([entry])
             stats.deferred += 1
+    reached: list[tuple[int, str]] = []  # the schemas the first attempt got to, in order
     try:
-        admitted = _admit_all(engine, by_tenant, now, isolate=False)
+        admitted = _admit_all(engine, by_tenant, now, isolate=False, reached=reached)
     except Exception as exc:
         if must_step_down(exc):
             raise
+        if reached:  # the statement that failed was this tenant's: skip it at once
+            engine.faults.failed(*reached[-1], exc)
         admitted = _admit_all(engine, by_tenant, now, isolate=True)
     published_at = engine.clock.now().timestamp()
     for key, entries in by_tenant.items():
@@ -119,12 +125,21 @@ def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireSt
 
 
 def _admit_all(
-    engine: Engine, by_tenant: dict[tuple[int, str], list[Pending]], now: datetime, *, isolate: bool
+    engine: Engine,
+    by_tenant: dict[tuple[int, str], list[Pending]],
+    now: datetime,
+    *,
+    isolate: bool,
+    reached: list[tuple[int, str]] | None = None,
 ) -> dict[tuple[int, str], Admitted]:
     admitted: dict[tuple[int, str], Admitted] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         store.fence(cursor, engine.epoch, "fire")
+        store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
         for (tenant_id, schema), entries in by_tenant.items():
+            engine.checkpoint()  # a slow tenant must not outlast the lease
+            if reached is not None:
+                reached.append((tenant_id, schema))
             if isolate:
                 ran, result = isolated(
                     engine.faults,
@@ -136,6 +151,9 @@ def _admit_all(
                     admitted[(tenant_id, schema)] = result
             else:
                 admitted[(tenant_id, schema)] = _admit_schema(engine, cursor, schema, entries, now)
+        if reached is not None:
+            reached.clear()  # past the tenants: a failure from here on is nobody's own
+        engine.checkpoint()
         engine.writes.push_messages(
             [(e.queue, e.message) for result in admitted.values() for e in result.queued]
         )
@@ -162,7 +180,13 @@ def _admit_schema(
     engine: Engine, cursor, schema: str, entries: list[Pending], now: datetime
 ) -> Admitted:
     result = Admitted()
-    fast = store.queue_unconstrained(cursor, schema, [e.run_id for e in entries], now)
+    fast = store.queue_unconstrained(
+        cursor,
+        schema,
+        [e.run_id for e in entries],
+        [e.run_id for e in entries if e.judge_lateness],
+        now,
+    )
     by_id = {e.run_id: e for e in entries}
     result.queued = [
         engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in fast
@@ -222,11 +246,12 @@ def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissi
 def _apply_misfire(
     live: list[Pending], jobs: dict[int, store.JobAdmissionRow], now: datetime, max_runs: int
 ) -> tuple[list[Pending], list]:
-    """First attempts of schedule runs go through their job's misfire policy."""
+    """First attempts of schedule runs that may have waited out their instant with no
+    leader (`Pending.judge_lateness`) go through their job's misfire policy."""
     slot_runs: dict[int, list[Pending]] = defaultdict(list)
     others: list[Pending] = []
     for entry in live:
-        if entry.trigger == "schedule" and entry.attempt == 1:
+        if entry.trigger == "schedule" and entry.attempt == 1 and entry.judge_lateness:
             slot_runs[entry.job_id].append(entry)
         else:
             others.append(entry)

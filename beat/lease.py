@@ -20,6 +20,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 
 import redis
 import redis_lock
@@ -52,23 +53,44 @@ def _is_lock_timeout(exc: BaseException) -> bool:
     return getattr(cause, "sqlstate", None) == "55P03"  # lock_not_available
 
 
-def bump_epoch(holder: str, *, lock_wait_seconds: float | None = None) -> int:
+def bump_epoch(
+    holder: str,
+    *,
+    lock_wait_seconds: float | None = None,
+    holds_lease: Callable[[], bool] | None = None,
+) -> int:
     """Start a new epoch, waiting at most `lock_wait_seconds` for the previous leader's
-    in-flight fenced transactions before ending them (see the module docstring)."""
+    in-flight fenced transactions before ending them (see the module docstring).
+
+    `holds_lease` says whether this process still holds the Redis lock. A process that
+    took the lock and then stalled (GC, a slow connection) past its expiry must not end
+    the sessions of the leader that took the lock after it: it is checked before ending
+    any session and after the bump (a stale bump makes the rightful leader step down at
+    its next fenced write: lost time, never a double fire, and reported here)."""
     wait = lock_wait_seconds or settings.SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS
+    still_ours = holds_lease or (lambda: True)
     for _ in range(3):
+        if not still_ours():
+            raise LeaseLost("the Redis lock expired before the epoch bump: not taking over")
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT set_config('lock_timeout', %s, true)", [f"{wait * 1000:.0f}"]
                 )
                 cursor.execute(BUMP_SQL, [holder])
-                return cursor.fetchone()[0]
+                epoch = cursor.fetchone()[0]
         except OperationalError as exc:
             if not _is_lock_timeout(exc):
                 raise
+        else:
+            if not still_ours():
+                raise LeaseLost(f"the Redis lock expired during the bump to epoch {epoch}")
+            return epoch
         # Still blocked: a previous leader sits in a fenced transaction (frozen, or cut off
-        # from us but not from PostgreSQL). It cannot be the rightful leader any more.
+        # from us but not from PostgreSQL). It cannot be the rightful leader any more, as
+        # long as we still hold the lock.
+        if not still_ours():
+            raise LeaseLost("the Redis lock expired while waiting to bump: not taking over")
         with connection.cursor() as cursor:
             ended = _end_waiting_lease_holders(cursor)
         log.warning("took over from a stuck leader: ended sessions %s", ended)
@@ -77,12 +99,14 @@ def bump_epoch(holder: str, *, lock_wait_seconds: float | None = None) -> int:
 
 def _end_waiting_lease_holders(cursor) -> list[int]:
     """End the sessions inside a fenced transaction: those holding the lease table in
-    RowShareLock mode (what `SELECT ... FOR SHARE` takes until the transaction ends).
-    pg_terminate_backend needs the same role or pg_signal_backend."""
+    RowShareLock mode (what `SELECT ... FOR SHARE` takes until the transaction ends), in
+    this database only (another deployment's, or a test database's, table has the same
+    name). pg_terminate_backend needs the same role or pg_signal_backend."""
     cursor.execute(
         """
         SELECT pid, pg_terminate_backend(pid) FROM pg_locks
-        WHERE relation = 'public.beat_schedulerlease'::regclass AND mode = 'RowShareLock'
+        WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND relation = 'public.beat_schedulerlease'::regclass AND mode = 'RowShareLock'
           AND granted AND pid <> pg_backend_pid()
         """
     )
@@ -122,13 +146,20 @@ class Lease:
             return False
         self.renewed_at = time.monotonic()
         try:
-            self.epoch = bump_epoch(self.holder)
+            self.epoch = bump_epoch(self.holder, holds_lease=self.holds_lock)
         except Exception:
             self._release_quietly()
             raise
         self._publish_info()
         log.info("took the lease as %s, epoch %s", self.holder, self.epoch)
         return True
+
+    def holds_lock(self) -> bool:
+        """The Redis lock still names this process (one GET; False if Redis is away)."""
+        try:
+            return self._lock.get_owner_id() == self.token
+        except redis.RedisError:
+            return False
 
     def renew(self) -> None:
         if self.epoch is None:

@@ -22,7 +22,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from core import index
 from core.clock import Clock
-from core.keys import wake_key
+from core.keys import faults_key, wake_key
 
 from .engine import Engine, EngineConfig
 from .fenced import FencedRedis
@@ -75,6 +75,7 @@ class SchedulerProcess:
             writes=FencedRedis(self.client, self.lease.lock_key, self.lease.token),
             checkpoint=self.lease.renew_if_due,
         )
+        self.engine.faults.adopt(self.client, faults_key())
         self.ensure_index()
         self.engine.relay(force=True)
         return True

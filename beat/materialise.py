@@ -24,6 +24,7 @@ from django.db import connection
 from core import index
 from core.keys import index_key
 from jobs.schedule_fields import calendar_value, schedule_of
+from jobs.schedules import ScheduleError
 from runs import states
 from runs.ids import uuid7
 
@@ -129,7 +130,7 @@ def _plan_one(engine: Engine, job: store.JobRow, now: datetime, horizon: datetim
     calendars = [calendar_value(name, dates, ranges) for name, dates, ranges in job.calendars]
     schedule = schedule_of(job, calendars)
     if schedule is None:
-        raise ValueError(f"schedule kind {job.schedule_kind!r} without its fields")
+        raise ScheduleError(f"schedule kind {job.schedule_kind!r} without its fields")
     plan = plan_job(
         schedule=schedule,
         next_run_at=job.next_run_at,
@@ -181,13 +182,15 @@ def _after_commit(
         else:
             changes.append(Cas(member, score, None))
     applied = engine.writes.cas_jobs(changes)
-    really_removed = [
-        change.member
+    # Every applied move is later than the score read, or a removal: re-read those rows
+    # (see `put_back_schedulable`), so that an edit's no-op `ZADD LT` is not overwritten.
+    moved = {
+        int(change.member.split(":")[1]): change.new
         for change, ok in zip(changes, applied, strict=True)
-        if ok and change.new is None
-    ]
-    if really_removed:
-        engine.verify_removed(tenant_id, schema, [int(m.split(":")[1]) for m in really_removed])
+        if ok and (change.new is None or change.new > change.expected)
+    }
+    if moved:
+        engine.verify_moved(tenant_id, schema, moved)
     for job_id, (code, detail) in result.parked.items():
         log.warning("job %s of %s parked (%s): %s", job_id, schema, code, detail)
     for ref in result.inserted:

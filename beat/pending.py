@@ -32,6 +32,12 @@ class Pending:
     timeout_seconds: int
     queue: str
     message: bytes
+    # True when the run may have waited out its instant with no leader holding it: it came
+    # from PostgreSQL (relay, takeover) or was put back for a failing tenant's back-off.
+    # Only those go through the misfire policy at admission; a run this leader held from
+    # before its instant is on time even when the leader wakes a few ms after it, and a
+    # `queue`-policy run released after its turn came is not a misfire either.
+    judge_lateness: bool = False
 
 
 class PendingRuns:
@@ -108,6 +114,10 @@ class PendingRuns:
         heapq.heappush(self.heap, (entry.due, entry.seq, entry))
         return True
 
+    def hold(self, entry: Pending) -> None:
+        entry.judge_lateness = False  # it waits for its turn, not for a leader
+        self.held.setdefault((entry.tenant_id, entry.job_id), []).append(entry)
+
     def requeue(self, entries: list[Pending], not_before: float | None = None) -> None:
         """Entries to be tried again: back in the heap, not before `not_before` (a failing
         tenant's back-off); their `due` stays what it was, for lag figures."""
@@ -123,9 +133,6 @@ class PendingRuns:
 
     def forget(self, run_ids) -> None:
         self.known.difference_update(run_ids)
-
-    def hold(self, entry: Pending) -> None:
-        self.held.setdefault((entry.tenant_id, entry.job_id), []).append(entry)
 
     def release(self, tenant_id: int, job_id: int) -> int:
         """A run of the job ended: its held runs go back to the heap for admission."""

@@ -6,7 +6,10 @@ so no two hosts' clocks are ever compared.
 
 - A `running` run whose heartbeat is older than the visibility timeout lost its worker
   (killed, host gone): its attempt is marked `lost` and the retry policy decides between
-  `retrying` and `dead`, exactly as for a failed attempt.
+  `retrying` and `dead`, exactly as for a failed attempt. A heartbeat is never judged
+  older than the database server's start: while PostgreSQL was down no worker could
+  write one, and a run whose worker lives on must not be reaped (and run twice) the
+  moment the database is back.
 - A `queued` run still unclaimed after the visibility timeout may have lost its message
   (Redis restarted without persistence): it is published again, at most once per timeout.
   A duplicate delivery claims nothing (invariant 4), so this is always safe.
@@ -54,10 +57,11 @@ def reap_lost(cursor, schema: str, now: datetime, timeout_seconds: float) -> Rea
         FROM {runs} r JOIN {jobs} j ON j.id = r.job_id
         WHERE r.status = {running}
           AND r.heartbeat_at < now() - make_interval(secs => %s)
+          AND pg_postmaster_start_time() < now() - make_interval(secs => %s)
         ORDER BY r.heartbeat_at LIMIT %s FOR UPDATE OF r SKIP LOCKED
         """
     ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
-    cursor.execute(query, [timeout_seconds, BATCH])
+    cursor.execute(query, [timeout_seconds, timeout_seconds, BATCH])
     rows = cursor.fetchall()
     reaped = Reaped()
     error = f"lost: no heartbeat for {timeout_seconds:g}s (worker killed or unreachable)"

@@ -36,11 +36,12 @@ from django.db import connection
 from psycopg import sql
 
 from core import index
-from core.keys import index_built_key, index_key, rebuild_state_key
+from core.keys import index_key, rebuild_state_key
 from core.sql import table
 from runs.status_sql import STATUS
 
 from . import store
+from .faults import must_step_down
 from .fenced import Cas, FencedRedis
 from .pending import PendingRuns
 from .tenant_directory import TenantDirectory
@@ -51,6 +52,10 @@ PAGE = 5000
 PHASES = ("jobs", "runs", "republish", "prune")
 
 
+MAX_TENANT_FAILURES = 5  # a tenant's page fails this often (with back-off): given up on
+FIRST_RETRY_SECONDS = 1.0
+
+
 @dataclass
 class Progress:
     jobs: int = 0
@@ -59,9 +64,19 @@ class Progress:
     pruned: int = 0
 
 
+class StateLost(Exception):
+    """The rebuild's state vanished (Redis emptied) or another rebuild replaced it: what
+    was just done is not recorded, and the state is read again."""
+
+
 class IndexRebuild:
     """One rebuild, resumable: `step(deadline)` does pages until the deadline (time.monotonic)
-    passes and returns True once the whole rebuild is done."""
+    passes and returns True once the whole rebuild is done.
+
+    Every write of its progress checks, inside Redis, that the state is still this
+    rebuild's (and, for a leader, that it still holds the lease): if Redis is emptied
+    mid-page, the page's progress is not recorded into a fresh, half-empty state, and the
+    rebuild begins again instead of marking a partial index as built."""
 
     def __init__(
         self,
@@ -79,6 +94,9 @@ class IndexRebuild:
         self.checkpoint = checkpoint
         self.progress = Progress()
         self.tenants = TenantDirectory()
+        self.id: str | None = None
+        self.prune = False
+        self.waiting = False  # the last step found only tenants waiting for a retry
 
     # --- state ---------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -86,53 +104,66 @@ class IndexRebuild:
 
     def start(self, *, lost: bool, prune: bool) -> None:
         phases = ["jobs", "runs"] + (["republish"] if lost else []) + (["prune"] if prune else [])
-        state = {"id": uuid.uuid4().hex, "phases": json.dumps(phases), "started": time.time()}
-        self.client.delete(self.key)
-        self.client.hset(self.key, mapping=state)
+        self.id, self.prune = uuid.uuid4().hex, prune
+        fields = {"phases": json.dumps(phases), "started": repr(time.time())}
+        self.writes.rebuild_state(self.key, self.id, "start", fields)
         log.warning(
             "rebuilding the time index from PostgreSQL (phases: %s)%s",
             ", ".join(phases),
             "; Redis lost its data" if lost else "",
         )
 
-    def _phases(self) -> list[str] | None:
-        raw = self.client.hget(self.key, "phases")
-        return json.loads(raw) if raw else None
+    def _load(self) -> list[str] | None:
+        """The phases left (None: no state); adopts the state's id (a resumed rebuild)."""
+        raw_id, raw_phases = self.client.hmget(self.key, "id", "phases")
+        if raw_id is None or raw_phases is None:
+            return None
+        self.id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+        return json.loads(raw_phases)
 
     def _cursor(self, name: str):
         raw = self.client.hget(self.key, name)
         return json.loads(raw) if raw else None
 
     def _set_cursor(self, name: str, value) -> None:
-        self.client.hset(self.key, name, json.dumps(value))
+        if not self.writes.rebuild_state(self.key, self.id, "set", {name: json.dumps(value)}):
+            raise StateLost(name)
 
     # --- stepping ------------------------------------------------------------------------
     def step(self, deadline: float) -> bool:
         """At least one page, then more until `deadline` (time.monotonic()) passes."""
+        self.waiting = False
         while True:
-            phases = self._phases()
-            if phases is None:  # the state vanished with Redis's data: begin again
-                self.start(lost=True, prune=False)
+            phases = self._load()
+            try:
+                if phases is None:  # the state vanished with Redis's data: begin again
+                    if self.id is not None:
+                        log.warning("the index rebuild's state vanished: starting over")
+                    self.start(lost=True, prune=self.prune)
+                    continue
+                if not phases:
+                    if self._finish():
+                        return True
+                    continue
+                if self._page(phases[0], deadline):  # the phase is complete
+                    self._set_cursor("phases", phases[1:])
+            except StateLost:
+                log.warning("the index rebuild's state changed under it: reading it again")
                 continue
-            if not phases:
-                return self._finish()
-            if self._page(phases[0], deadline):  # the phase is complete
-                self.client.hset(self.key, "phases", json.dumps(phases[1:]))
             self.checkpoint()
-            if time.monotonic() >= deadline:
+            if self.waiting or time.monotonic() >= deadline:
                 return False
 
     def run_to_end(self, step_seconds: float = 0.5) -> Progress:
         while not self.step(time.monotonic() + step_seconds):
-            pass
+            if self.waiting:
+                time.sleep(FIRST_RETRY_SECONDS / 4)
         return self.progress
 
     def _finish(self) -> bool:
-        rebuild_id = self.client.hget(self.key, "id")
-        pipe = self.client.pipeline()
-        pipe.set(index_built_key(), rebuild_id or "")
-        pipe.delete(self.key)
-        pipe.execute()
+        gave_up = self._cursor("gave_up") or []
+        if not self.writes.rebuild_state(self.key, self.id, "finish"):
+            return False
         log.info(
             "time index rebuilt: %s jobs, %s waiting runs, %s queued runs published again, "
             "%s stale members removed",
@@ -141,6 +172,13 @@ class IndexRebuild:
             self.progress.republished,
             self.progress.pruned,
         )
+        if gave_up:
+            log.error(
+                "time index rebuilt WITHOUT tenants that could not be read (phase, tenant): "
+                "%s; the reconcile and relay sweeps index their due jobs and waiting runs "
+                "once they can be read, and the reaper publishes their queued runs again",
+                gave_up,
+            )
         return True
 
     def _page(self, phase: str, deadline: float) -> bool:
@@ -152,9 +190,14 @@ class IndexRebuild:
         if todo is None:
             todo = [tenant_id for tenant_id, _ in self.tenants.all()]
         visited: list[int] = []
+        paged = False
         while todo:
             tenant_id = todo.pop(0)
             schema = self.tenants.schema(tenant_id)
+            if schema is not None and self._retry_later(phase, tenant_id):
+                visited.append(tenant_id)  # its back-off after a failure is not over
+                continue
+            paged = True
             if schema is not None and not self._tenant_page(phase, tenant_id, schema):
                 visited.append(tenant_id)  # more pages to come: round-robin
             self.checkpoint()
@@ -162,7 +205,12 @@ class IndexRebuild:
                 break
         todo += visited
         self._set_cursor(f"{phase}:todo", todo)
+        self.waiting = bool(todo) and not paged
         return not todo
+
+    def _retry_later(self, phase: str, tenant_id: int) -> bool:
+        failures = self._cursor(f"failures:{phase}:{tenant_id}")
+        return bool(failures) and failures["retry_at"] > time.time()
 
     def _tenant_page(self, phase: str, tenant_id: int, schema: str) -> bool:
         """One page of one tenant; True when that tenant is done with the phase."""
@@ -175,13 +223,37 @@ class IndexRebuild:
                 rows, last = self._runs_page(tenant_id, schema, after)
             else:
                 rows, last = self._queued_page(tenant_id, schema, after)
-        except Exception as exc:  # a broken tenant must not stop the rebuild of the others
-            if _connection_broken():
+        except Exception as exc:
+            if must_step_down(exc):  # Redis or the connection: not this tenant's fault
                 raise
-            log.error("rebuild: tenant %s (%s) skipped: %s", tenant_id, schema, exc)
-            return True
+            return self._tenant_failed(phase, tenant_id, schema, exc)
         self._set_cursor(name, last)
         return rows < PAGE
+
+    def _tenant_failed(self, phase: str, tenant_id: int, schema: str, exc: Exception) -> bool:
+        """A tenant's page failed (its schema broken, a statement timeout): tried again
+        after a back-off, the other tenants going on meanwhile; given up on after
+        MAX_TENANT_FAILURES, so that one broken tenant cannot hold every other tenant's
+        queued runs back from the later phases. True when given up on."""
+        name = f"failures:{phase}:{tenant_id}"
+        count = (self._cursor(name) or {"count": 0})["count"] + 1
+        if count < MAX_TENANT_FAILURES:
+            log.warning(
+                "rebuild: tenant %s (%s) failed (%s of %s), tried again: %s",
+                tenant_id,
+                schema,
+                count,
+                MAX_TENANT_FAILURES,
+                exc,
+            )
+            retry_at = time.time() + FIRST_RETRY_SECONDS * 2 ** (count - 1)
+            self._set_cursor(name, {"count": count, "retry_at": retry_at})
+            return False
+        log.error(
+            "rebuild: gave up on tenant %s (%s) in phase %s: %s", tenant_id, schema, phase, exc
+        )
+        self._set_cursor("gave_up", [*(self._cursor("gave_up") or []), [phase, tenant_id]])
+        return True
 
     def _jobs_page(self, tenant_id: int, schema: str, after) -> tuple[int, list]:
         # Soonest first, keyset on (next_run_at, id) over job_schedulable_idx.
@@ -255,7 +327,7 @@ def prune_members(
     applied = writes.cas_jobs(changes)
     removed = [j for j, ok in zip(stale, applied, strict=True) if ok]
     if schema and removed:
-        put_back_schedulable(writes, tenant_id, schema, removed)
+        put_back_schedulable(writes, tenant_id, schema, dict.fromkeys(removed))
     return len(removed)
 
 
@@ -264,11 +336,17 @@ def job_states(schema: str, job_ids: list[int]) -> dict[int, tuple[bool, datetim
         return store.job_states(cursor, schema, job_ids)
 
 
-def put_back_schedulable(writes: FencedRedis, tenant_id: int, schema: str, job_ids: list[int]):
-    """After removing members: any job schedulable by now goes back (an edit that made it
-    schedulable again may have written the very score the removal compared against)."""
+def put_back_schedulable(
+    writes: FencedRedis, tenant_id: int, schema: str, moved: dict[int, float | None]
+) -> None:
+    """After compare-and-set moves (job id -> the new score, None: removed): a job whose row
+    now says earlier than its new score goes back to the row's time. An edit that
+    committed just before the move wrote its `ZADD LT` against the score the move
+    compared with: a no-op when the edit's time was not earlier than that score, yet
+    earlier than the move's. Re-reading after the move closes it: an edit that commits
+    later writes its `ZADD LT` after the move."""
     try:
-        states = job_states(schema, job_ids)
+        states = job_states(schema, list(moved))
     except Exception:
         if _connection_broken():
             raise
@@ -276,7 +354,7 @@ def put_back_schedulable(writes: FencedRedis, tenant_id: int, schema: str, job_i
     back = {
         index.member(tenant_id, j): at.timestamp()
         for j, (ok, at) in states.items()
-        if ok and at is not None
+        if ok and at is not None and (moved.get(j) is None or at.timestamp() < moved[j])
     }
     if back:
         writes.lower_jobs(back)

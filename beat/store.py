@@ -227,11 +227,19 @@ class Queued:
     timeout_seconds: int
 
 
-def queue_unconstrained(cursor, schema: str, run_ids: list, now: datetime) -> list[Queued]:
-    """The common case in one statement: on-time runs of active `allow` jobs go straight to
-    queued (first attempts of any trigger, and retries). Runs it leaves need the full
-    admission: other concurrency policies, paused or deleted jobs, and schedule runs later
-    than their job's misfire grace (the misfire policy decides those)."""
+def set_local_lock_timeout(cursor, seconds: float) -> None:
+    """A lock wait bound for the rest of this transaction only."""
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds * 1000:.0f}"])
+
+
+def queue_unconstrained(
+    cursor, schema: str, run_ids: list, judged_ids: list, now: datetime
+) -> list[Queued]:
+    """The common case in one statement: runs of active `allow` jobs go straight to queued
+    (first attempts of any trigger, and retries). Runs it leaves need the full admission:
+    other concurrency policies, paused or deleted jobs, and schedule runs among
+    `judged_ids` (runs that may have waited with no leader) later than their job's misfire
+    grace (the misfire policy decides those)."""
     if not run_ids:
         return []
     query = sql.SQL(
@@ -241,11 +249,12 @@ def queue_unconstrained(cursor, schema: str, run_ids: list, now: datetime) -> li
           AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
           AND (r.trigger <> 'schedule' OR r.attempt > 1
                OR (NOT j.paused
-                   AND r.due_at >= %s - make_interval(secs => j.misfire_grace_seconds)))
+                   AND (NOT r.id = ANY(%s::uuid[])
+                        OR r.due_at >= %s - make_interval(secs => j.misfire_grace_seconds))))
         RETURNING r.id, j.priority, j.timeout_seconds
         """
     ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
-    cursor.execute(query, [pg_array(run_ids), now])
+    cursor.execute(query, [pg_array(run_ids), pg_array(judged_ids), now])
     return [Queued(*row) for row in cursor.fetchall()]
 
 
@@ -361,16 +370,22 @@ def _ref_query(where: str, tail: str = "") -> sql.Composed:
     )
 
 
-def pending_runs(cursor, schema: str, *, until: datetime, limit: int = 10_000) -> list[RunRef]:
-    """Runs waiting for admission (scheduled or retrying) due by `until`, oldest first."""
-    query = _ref_query("r.status IN {waiting} AND r.due_at <= %s", " ORDER BY r.due_at LIMIT %s")
+def pending_runs(
+    cursor, schema: str, *, until: datetime, limit: int = 10_000, after: tuple | None = None
+) -> list[RunRef]:
+    """Runs waiting for admission (scheduled or retrying) due by `until`, oldest first, a
+    page at a time: `after` is the (due_at, id) of the last run of the page before."""
+    where = "r.status IN {waiting} AND r.due_at <= %s"
+    if after is not None:
+        where += " AND (r.due_at, r.id) > (%s, %s)"
+    query = _ref_query(where, " ORDER BY r.due_at, r.id LIMIT %s")
     query = query.format(
         cols=sql.SQL(REF_COLUMNS),
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [until, limit])
+    cursor.execute(query, [until, *(after or ()), limit])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 

@@ -49,7 +49,7 @@ log = logging.getLogger("beat.sweeps")
 # it ends (about 10 a schema): 25 stays far below PostgreSQL's shared lock table (64 per
 # connection by default), and a statement per chunk stays prepared.
 CHUNK_TENANTS = 25
-RELAY_LIMIT = 10_000  # waiting runs per tenant per pass
+RELAY_PAGE = 10_000  # waiting runs per statement; a tenant's pages go on until all are read
 RECONCILE_LIMIT = 1000  # jobs checked per tenant per pass: the soonest due
 SYNC_BATCH = 2000  # dirty jobs per tenant per pass
 
@@ -180,12 +180,14 @@ def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
     waiting = _rows_by_tenant(chunk, any_waiting, [until])
     flagged = [(t, s) for t, s in chunk if waiting.get(t, [(False,)])[0][0]]
     added: dict[str, int] = {}
+    now = engine.clock.now()
     for tenant_id, schema in flagged:
-        with connection.cursor() as cursor:
-            rows = store.pending_runs(cursor, schema, until=until, limit=RELAY_LIMIT)
-        for ref in rows:
+        for ref in _waiting_runs(engine, schema, until):
             if ref.run_id not in engine.runs.known:
                 entry = engine.runs.build(tenant_id, schema, ref)
+                # Already past its instant with no leader holding it: the misfire policy
+                # decides it. A run of the window ahead (takeover) is held from now on.
+                entry.judge_lateness = ref.due_at <= now
                 if engine.runs.remember(entry):
                     added[entry.schema] = added.get(entry.schema, 0) + 1
     if added:
@@ -196,6 +198,20 @@ def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
             ", ".join(sorted(added)[:5]) + (", ..." if len(added) > 5 else ""),
         )
     return sum(added.values())
+
+
+def _waiting_runs(engine: Engine, schema: str, until: datetime):
+    """Every waiting run of the schema due by `until`, page by page: a takeover must hold
+    the whole window, however many runs one tenant has in it."""
+    after = None
+    while True:
+        with connection.cursor() as cursor:
+            page = store.pending_runs(cursor, schema, until=until, limit=RELAY_PAGE, after=after)
+        yield from page
+        if len(page) < RELAY_PAGE:
+            return
+        after = (page[-1].due_at, page[-1].run_id)
+        engine.checkpoint()
 
 
 # --- reconcile the jobs index with PostgreSQL -------------------------------------------
@@ -264,13 +280,14 @@ def reap_chunk(engine: Engine, chunk: Tenants) -> int:
     def query(schema: str) -> sql.Composable:
         return sql.SQL(
             "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status = {running} "
-            "  AND heartbeat_at < now() - make_interval(secs => %s))"
+            "  AND heartbeat_at < now() - make_interval(secs => %s)"
+            "  AND pg_postmaster_start_time() < now() - make_interval(secs => %s))"
             " OR EXISTS (SELECT 1 FROM {runs} WHERE status = {queued} "
             "  AND queued_at < now() - make_interval(secs => %s))"
         ).format(runs=table(schema, "runs_run"), **STATUS)
 
     schemas = dict(chunk)
-    found = _rows_by_tenant(chunk, query, [timeout, timeout])
+    found = _rows_by_tenant(chunk, query, [timeout, timeout, timeout])
     count = 0
     for tenant_id, rows in found.items():
         if rows and rows[0][0]:

@@ -29,7 +29,7 @@ BEAT_SQL = """
 UPDATE {runs} r SET heartbeat_at = now()
 FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
 WHERE r.id = u.id AND r.attempt = u.attempt AND r.status = {running}
-RETURNING r.id
+RETURNING r.id, r.attempt
 """
 
 
@@ -66,17 +66,20 @@ class Heartbeats:
         for schema, attempts in by_schema.items():
             alive = self._beat_schema(schema, attempts)
             for run_id, attempt in attempts:
-                if run_id not in alive:
+                if (run_id, attempt) not in alive:
                     snapshot[(schema, run_id, attempt)].set()
                     stopped += 1
         return stopped
 
-    def _beat_schema(self, schema: str, attempts: list[tuple[str, int]]) -> set[str]:
+    def _beat_schema(self, schema: str, attempts: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The (run, attempt) pairs still running: pairs, not ids, since two attempts of
+        one run can be tracked by the same process (a thread pool ran the superseded
+        attempt and then claimed the next)."""
         query = sql.SQL(BEAT_SQL).format(runs=table(schema, "runs_run"), **STATUS)
         ids, numbers = zip(*attempts, strict=True)
         with connection.cursor() as cursor:
             cursor.execute(query, [pg_array(list(ids)), pg_array(list(numbers))])
-            return {str(row[0]) for row in cursor.fetchall()}
+            return {(str(row[0]), row[1]) for row in cursor.fetchall()}
 
     def _ensure_thread(self) -> None:
         # Started lazily in the process that executes runs: a thread does not survive the

@@ -203,6 +203,12 @@ SCHEDULER_REDIS_PREFIX = env_str("SCHEDULER_REDIS_PREFIX", "tw")
 SCHEDULER_DB_LOCK_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_DB_LOCK_TIMEOUT_SECONDS", SCHEDULER_LEASE_SECONDS / 2, minimum=0.05
 )
+# A fire transaction admits the due runs of up to 50 tenants at once: a row one tenant's
+# run is locked by (a psql session, a stuck request) must cost that tenant alone, so fire
+# waits this long for a lock, then puts the tenant's runs back for its back-off.
+SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS = env_float(
+    "SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS", 0.1, minimum=0.01
+)
 SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS", 10.0, minimum=0.5
 )

@@ -47,7 +47,7 @@ def broken_table(schema: str, table: str):
     [
         ("timezone = 'Mars/Olympus'", "invalid_timezone"),  # gone after a tzdata update
         ("cron_resolved = '61 * * * *'", "invalid_schedule"),
-        ("schedule_kind = 'interval', interval_seconds = NULL", "invalid_data"),
+        ("schedule_kind = 'interval', interval_seconds = NULL", "invalid_schedule"),
     ],
 )
 def test_job_whose_stored_schedule_cannot_be_planned_is_parked_and_the_rest_go_on(

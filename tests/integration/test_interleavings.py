@@ -1,0 +1,594 @@
+"""Interleavings an adversarial review found, each driven for real (a second connection
+holding a lock, a thread committing an edit between two of the leader's steps, Redis
+emptied inside a page): every one broke a promise of docs/invariants.md before its fix."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import redis
+from django.db import connection
+from django_tenants.utils import schema_context
+
+from beat import materialise as materialise_step
+from beat import rebuild as rebuild_module
+from beat import sweeps as sweeps_module
+from beat.fenced import FencedRedis
+from beat.loop import SchedulerProcess
+from beat.rebuild import IndexRebuild
+from bench.world import copy_jobs
+from core import index
+from core.clock import FakeClock
+from core.keys import index_key, leader_lock_name
+from jobs.models import Job
+from jobs.services import job_update
+from runs import states
+from runs.models import Run
+
+from .helpers import ACTOR, make_job, new_engine, runs_of, utc
+from .test_index_upkeep import _missing_or_late
+
+START = utc(2026, 6, 1, 12, 1, 0)
+EDIT_AT = utc(2026, 6, 1, 12, 1, 45)
+
+
+def _set_status(tenant, run: Run, status: str) -> None:
+    with schema_context(tenant.schema_name):
+        Run.objects.filter(pk=run.pk).update(status=status)
+
+
+# --- 1. misfire at admission with a grace of 0 ------------------------------------------
+
+
+def test_skip_job_with_zero_grace_fires_when_the_leader_wakes_a_moment_after_the_instant(
+    live, redis_client
+):
+    """A real leader wakes a few ms after a run's instant (BLPOP timeout, the fire of the
+    runs before it). FakeClock tests set the clock exactly on the instant, so they never
+    see `due < now - 0`. Only runs that waited with no leader holding them are judged by
+    the misfire policy at admission."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(
+        alpha, clock, schedule={"cron": "* * * * *"}, misfire_policy="skip", misfire_grace_seconds=0
+    )
+    engine = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    engine.materialise()
+    clock.set(utc(2026, 6, 1, 12, 2) + timedelta(milliseconds=3))  # woke 3 ms late
+    stats = engine.fire()
+    [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
+    assert (run.status, run.skip_reason, stats.published) == (states.QUEUED, "", 1)
+
+
+# --- 2. held `queue` runs are judged by the misfire policy when released ---------------
+
+
+def test_queue_policy_runs_held_past_the_grace_all_run_in_turn(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(utc(2026, 6, 1, 12, 0))
+    job = make_job(alpha, clock, schedule={"cron": "* * * * *"}, concurrency_policy="queue")
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 1))
+    engine.materialise()
+    engine.fire()
+    [first] = runs_of(alpha)
+    _set_status(alpha, first, states.RUNNING)  # a run that takes 2.5 minutes
+    for minute in (2, 3):
+        clock.set(utc(2026, 6, 1, 12, minute))
+        engine.materialise()
+        assert engine.fire().held == 1
+    clock.set(utc(2026, 6, 1, 12, 3, 40))
+    _set_status(alpha, first, states.SUCCEEDED)
+    assert engine.release_held(alpha.id, job.id) == 2
+    engine.fire()
+    held_12_02 = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))[0]
+    # `queue` promises the 12:02 run waits its turn; it is skipped as a misfire instead.
+    assert (held_12_02.status, held_12_02.skip_reason) == (states.QUEUED, "")
+
+
+# --- 3. the leader's CAS undoes an edit whose ZADD LT changed nothing ------------------
+
+
+def test_leader_cas_after_an_edit_to_a_later_but_sooner_than_n1_slot(
+    live, redis_client, monkeypatch
+):
+    """The leader reads score s = 12:02 and commits next_run_at = 12:03. Before its CAS an
+    edit commits next_run_at = 12:02:20 (>= s, so its ZADD LT is a no-op and clears
+    index_dirty). The CAS still finds s and moves the score to 12:03: later than the row."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(
+        alpha,
+        clock,
+        schedule={"cron": "* * * * *"},
+        misfire_policy="skip",
+        misfire_grace_seconds=5,
+    )
+    engine = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    committed, go_on = threading.Event(), threading.Event()
+    original = materialise_step._after_commit
+
+    def held_back(*args, **kwargs):
+        committed.set()
+        go_on.wait(10)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(materialise_step, "_after_commit", held_back)
+
+    def leader() -> None:
+        try:
+            engine.materialise()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=leader)
+    thread.start()
+    assert committed.wait(10)
+    with schema_context(alpha.schema_name):
+        job_update(
+            tenant=alpha,
+            actor=ACTOR,
+            job_id=job.id,
+            data={"schedule": {"interval_seconds": 60, "start_at": "2026-06-01T12:02:20Z"}},
+            clock=clock,
+        )
+    go_on.set()
+    thread.join(10)
+    monkeypatch.setattr(materialise_step, "_after_commit", original)
+    with schema_context(alpha.schema_name):
+        row = Job.objects.get(id=job.id)
+    score = redis_client.zscore(index_key(), index.member(alpha.id, job.id))
+    assert row.next_run_at == utc(2026, 6, 1, 12, 2, 20)
+    assert not row.index_dirty  # the sync sweep will not help either
+    # ADR 0008: "Index writes can only leave a score too early, never too late".
+    assert score <= row.next_run_at.timestamp(), (score, row.next_run_at.timestamp())
+
+
+def test_the_same_race_loses_the_slot_when_no_reconcile_pass_lands_in_between(
+    live, redis_client, monkeypatch
+):
+    """Continuation of the race above with the leader stepping on (lookahead 30 s): the
+    12:02:20 slot is only seen at 12:02:30 (12:03 - lookahead) and is skipped as missed."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(
+        alpha, clock, schedule={"cron": "* * * * *"}, misfire_policy="skip", misfire_grace_seconds=5
+    )
+    engine = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    original = materialise_step._after_commit
+
+    def edit_then_cas(*args, **kwargs):
+        result: list = []
+
+        def edit() -> None:
+            try:
+                with schema_context(alpha.schema_name):
+                    job_update(
+                        tenant=alpha,
+                        actor=ACTOR,
+                        job_id=job.id,
+                        data={
+                            "schedule": {"interval_seconds": 60, "start_at": "2026-06-01T12:02:20Z"}
+                        },
+                        clock=clock,
+                    )
+                result.append("ok")
+            finally:
+                connection.close()
+
+        other = threading.Thread(target=edit)  # its own connection, as a web process
+        other.start()
+        other.join(10)
+        assert result == ["ok"]
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(materialise_step, "_after_commit", edit_then_cas)
+    engine.materialise()
+    monkeypatch.setattr(materialise_step, "_after_commit", original)
+    for second in range(46, 100, 2):  # the leader steps every 2 s to 12:02:39
+        clock.set(utc(2026, 6, 1, 12, 1) + timedelta(seconds=second))
+        engine.materialise()
+        engine.fire()
+    [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2, 20))
+    assert (run.status, run.skip_reason) == (states.QUEUED, "")
+
+
+# --- 4. a transient Redis error in a rebuild page skips the rest of the tenant ----------
+
+
+def test_transient_redis_error_during_a_rebuild_page_leaves_no_job_unindexed(
+    live, redis_client, monkeypatch
+):
+    monkeypatch.setattr(rebuild_module, "PAGE", 2)
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    for i in range(5):
+        make_job(alpha, clock, name=f"j{i}", schedule={"cron": "0 * * * *"})
+    redis_client.flushdb()  # Redis lost its data
+    engine = new_engine(redis_client, clock)
+    calls = {"n": 0}
+    original = FencedRedis.lower_jobs
+
+    def flaky(self, scores):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise redis.ConnectionError("Connection reset by peer")  # one blip
+        return original(self, scores)
+
+    monkeypatch.setattr(FencedRedis, "lower_jobs", flaky)
+    engine.start_rebuild(lost=True)
+    try:
+        while not engine.rebuild_step():
+            pass
+    except redis.ConnectionError:  # what should happen: the leader steps down ...
+        engine = new_engine(redis_client, clock)  # ... and the next one resumes
+        engine.start_rebuild(lost=True)
+        while not engine.rebuild_step():
+            pass
+    assert index.is_built(redis_client)
+    assert _missing_or_late(redis_client, [alpha]) == []
+
+
+# --- 5. Redis emptied during the last page of a phase: index marked built, empty --------
+
+
+def test_redis_emptied_during_the_last_rebuild_page_of_a_phase(live, redis_client, monkeypatch):
+    monkeypatch.setattr(rebuild_module, "PAGE", 50)
+    alpha = live["alpha"].tenant
+    clock = FakeClock(utc(2026, 6, 1, 12, 0))
+    with schema_context(alpha.schema_name):
+        copy_jobs(alpha, 120, utc(2026, 6, 1, 13, 0), cron="0 * * * *")
+    redis_client.flushdb()
+    original = IndexRebuild._jobs_page
+    alpha_pages = {"n": 0}
+
+    def page(self, tenant_id, schema, after):
+        if tenant_id == alpha.id:
+            alpha_pages["n"] += 1
+            if alpha_pages["n"] == 3:  # alpha's last page: Redis restarts empty here
+                redis_client.flushdb()
+        return original(self, tenant_id, schema, after)
+
+    monkeypatch.setattr(IndexRebuild, "_jobs_page", page)
+    process = SchedulerProcess(client=redis_client, clock=clock, lease_seconds=2, holder="a:1")
+    stop = threading.Event()
+    stop.set()
+    for _ in range(6):
+        process.run_once(stop)
+    assert alpha_pages["n"] >= 3
+    built = index.is_built(redis_client)
+    missing = _missing_or_late(redis_client, [alpha])
+    # Either the rebuild is still going (not built), or it indexed everything.
+    assert not built or missing == [], (built, len(missing))
+
+
+# --- 6. takeover relay truncated per tenant ---------------------------------------------
+
+
+def test_takeover_relay_holds_every_run_of_the_window(live, redis_client, monkeypatch):
+    monkeypatch.setattr(sweeps_module, "RELAY_PAGE", 2)  # stands for 10,000
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    for i in range(3):
+        make_job(
+            alpha,
+            clock,
+            name=f"j{i}",
+            schedule={"cron": "* * * * *"},
+            misfire_policy="skip",
+            misfire_grace_seconds=3,
+        )
+    old = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    old.materialise()  # 3 runs for 12:02 prepared; then the leader dies
+    new = new_engine(redis_client, clock, relay_interval_seconds=10)
+    new.relay(force=True)
+    clock.set(utc(2026, 6, 1, 12, 2))
+    new.materialise()
+    published = new.fire().published
+    clock.set(utc(2026, 6, 1, 12, 2, 5))  # the first periodic relay that sees it overdue
+    new.relay()
+    new.fire()
+    statuses = sorted(r.status for r in runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2)))
+    assert (published, statuses) == (3, [states.QUEUED] * 3)
+
+
+def _job_next(tenant, job_id):
+    with schema_context(tenant.schema_name):
+        return Job.objects.get(id=job_id).next_run_at
+
+
+# --- 7. one tenant's locked run row starves every tenant of its fire chunk --------------
+
+
+def test_a_row_lock_in_one_tenant_does_not_stop_another_tenants_fire(live, redis_client):
+    """ADR 0010: a failing tenant costs only itself. Before the fix the chunk waited
+    lock_timeout (lease/2) twice, non-isolated then isolated, inside ONE chunk between two
+    lease renewals: the lease was gone before the push, the push refused, the whole chunk
+    rolled back, and the next leader (with no memory of the fault) did the same. Now fire
+    waits SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS, the locked tenant starts its back-off at
+    once, and the lease is renewed between schemas."""
+    import time
+
+    import psycopg
+    from django.conf import settings
+
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    make_job(beta, clock, schedule={"cron": "* * * * *"})
+    process = SchedulerProcess(client=redis_client, clock=clock, lease_seconds=2, holder="a:1")
+    assert process.try_lead()
+    clock.set(EDIT_AT)
+    process.lead_once()  # both 12:02 runs prepared, in memory
+    [beta_run] = runs_of(beta, scheduled_for=utc(2026, 6, 1, 12, 2))
+    # Someone (a psql session, a stuck request) holds beta's run row.
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    holder = psycopg.connect(**params, autocommit=False)
+    holder.execute(
+        f'SELECT 1 FROM "{beta.schema_name}".runs_run WHERE id = %s FOR UPDATE', [beta_run.id]
+    )
+    try:
+        clock.set(utc(2026, 6, 1, 12, 2))
+        stop = threading.Event()
+        stop.set()
+        started = time.monotonic()
+        for _ in range(3):
+            process.run_once(stop)
+        elapsed = time.monotonic() - started
+    finally:
+        holder.rollback()
+        holder.close()
+    [alpha_run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
+    assert settings.SCHEDULER_DB_LOCK_TIMEOUT_SECONDS * 2 >= settings.SCHEDULER_LEASE_SECONDS
+    assert alpha_run.status == states.QUEUED, (alpha_run.status, round(elapsed, 1))
+
+
+# --- 8. heartbeats: a superseded attempt on the same worker process is not stopped -----
+
+
+def test_superseded_attempt_is_stopped_when_the_same_process_runs_the_next_one(live, redis_client):
+    from runs.execution import claim_run
+    from runs.heartbeat import Heartbeats
+    from runs.services import job_trigger
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, retry={"max_attempts": 3, "backoff_seconds": 0})
+    with schema_context(alpha.schema_name):
+        run, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=job.id, clock=clock)
+        Run.objects.filter(pk=run.pk).update(status=states.QUEUED)
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=60)
+    assert claim_run(
+        schema=alpha.schema_name, run_id=str(run.id), attempt=1, worker="w", now=clock.now()
+    )
+    worker = Heartbeats(60)  # one worker process, a thread pool
+    stop1 = worker.track(alpha.schema_name, str(run.id), 1)
+    with connection.cursor() as cursor:  # heartbeat_at is compared with the DB clock
+        cursor.execute(
+            f"UPDATE \"{alpha.schema_name}\".runs_run SET heartbeat_at = now() - interval '61 s'"
+            " WHERE id = %s",
+            [run.id],
+        )
+    assert engine.reap(force=True) == 1
+    engine.fire()
+    assert claim_run(
+        schema=alpha.schema_name, run_id=str(run.id), attempt=2, worker="w", now=clock.now()
+    )
+    worker.track(alpha.schema_name, str(run.id), 2)  # another thread of the same process
+    worker.beat_once()
+    worker.stop()
+    assert stop1.is_set()  # attempt 1 was superseded: it must be told to stop
+
+
+# --- 9. a stale acquirer's bump ends the rightful leader's fenced transaction ----------
+
+
+def test_a_process_that_lost_the_redis_lock_before_its_bump_does_not_end_the_leaders_session(
+    live, redis_client
+):
+    """B takes the Redis lock, stalls before its epoch bump (GC, slow connect) past the
+    lease; C takes the lock and leads, inside a fenced transaction. Before the fix B's bump
+    waited 0.5 s and then pg_terminate_backend()ed C, the rightful leader, without checking
+    that it still held the Redis lock."""
+    import psycopg
+
+    from beat.lease import Lease, LeaseLost, bump_epoch
+
+    b = Lease(redis_client, holder="b", expire_seconds=2)
+    assert b._lock.acquire(blocking=False)  # ... and B stalls here
+    redis_client.delete(b.lock_key)  # B's lease expired meanwhile
+    c = Lease(redis_client, holder="c", expire_seconds=2)
+    assert c.try_acquire()
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    leader_c = psycopg.connect(**params, autocommit=False)  # C's fenced transaction
+    leader_c.execute(
+        "SELECT 1 FROM public.beat_schedulerlease WHERE id = 1 AND epoch = %s FOR SHARE",
+        [c.epoch],
+    )
+    try:
+        try:
+            bump_epoch("b", holds_lease=b.holds_lock)  # B wakes and goes on
+        except LeaseLost as exc:  # what we want: B refuses
+            print("bump refused:", exc)
+        alive = True
+        try:
+            leader_c.execute("SELECT 1")
+        except psycopg.OperationalError:
+            alive = False
+    finally:
+        leader_c.close()
+    assert alive, "B (not holding the Redis lock) terminated C, the current leader"
+
+
+# --- 10. a tenant that cannot be read during a rebuild ----------------------------------
+
+
+def _rename(schema: str, table_name: str, to: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{schema}".{table_name} RENAME TO {to}')
+
+
+def test_rebuild_retries_a_tenant_that_fails_for_a_while_and_indexes_it(
+    live, redis_client, monkeypatch
+):
+    monkeypatch.setattr(rebuild_module, "FIRST_RETRY_SECONDS", 0.0)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, name="a", schedule={"cron": "0 * * * *"})
+    make_job(beta, clock, name="b", schedule={"cron": "0 * * * *"})
+    redis_client.flushdb()
+    original = IndexRebuild._jobs_page
+    calls = {"beta": 0}
+
+    def page(self, tenant_id, schema, after):
+        if tenant_id == beta.id:
+            calls["beta"] += 1
+            if calls["beta"] <= 2:  # broken for its first two tries (a migration, say)
+                _rename(schema, "jobs_job", "jobs_job_gone")
+                try:
+                    return original(self, tenant_id, schema, after)
+                finally:
+                    _rename(schema, "jobs_job_gone", "jobs_job")
+        return original(self, tenant_id, schema, after)
+
+    monkeypatch.setattr(IndexRebuild, "_jobs_page", page)
+    rebuild = IndexRebuild(redis_client, FencedRedis(redis_client, lock_key="", token=None))
+    rebuild.start(lost=True, prune=False)
+    rebuild.run_to_end(0.01)
+    assert calls["beta"] == 3
+    assert index.is_built(redis_client)
+    assert _missing_or_late(redis_client, [alpha, beta]) == []
+
+
+def test_rebuild_gives_up_on_a_broken_tenant_and_builds_the_others(
+    live, redis_client, monkeypatch, caplog
+):
+    monkeypatch.setattr(rebuild_module, "FIRST_RETRY_SECONDS", 0.0)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, name="a", schedule={"cron": "0 * * * *"})
+    make_job(beta, clock, name="b", schedule={"cron": "0 * * * *"})
+    redis_client.flushdb()
+    _rename(beta.schema_name, "jobs_job", "jobs_job_gone")
+    try:
+        rebuild = IndexRebuild(redis_client, FencedRedis(redis_client, lock_key="", token=None))
+        rebuild.start(lost=True, prune=False)
+        rebuild.run_to_end(0.01)
+    finally:
+        _rename(beta.schema_name, "jobs_job_gone", "jobs_job")
+    assert index.is_built(redis_client)
+    assert _missing_or_late(redis_client, [alpha]) == []
+    assert len(_missing_or_late(redis_client, [beta])) == 1
+    assert f"gave up on tenant {beta.id}" in caplog.text
+    assert "WITHOUT tenants that could not be read" in caplog.text
+    # The reconcile sweep puts beta's job back once it is due within the window.
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 59, 40))
+    assert engine.reconcile() >= 1
+    assert _missing_or_late(redis_client, [beta]) == []
+
+
+# --- 11. no reaping right after the database server started ---------------------------
+
+
+def test_runs_are_not_reaped_before_the_database_has_been_up_for_the_timeout(live, redis_client):
+    """While PostgreSQL was down no worker could beat: a heartbeat older than the timeout
+    only means the worker is lost once the server has been up that long."""
+    from runs.services import job_trigger
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM now() - pg_postmaster_start_time())")
+        uptime = float(cursor.fetchone()[0])
+    with schema_context(alpha.schema_name):
+        run, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=job.id, clock=clock)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{alpha.schema_name}".runs_run SET status = %s, attempt = 1,'
+            " heartbeat_at = now() - make_interval(secs => %s) WHERE id = %s",
+            [states.RUNNING, uptime + 120, run.id],
+        )
+    # A timeout longer than the server has been up: the old heartbeat proves nothing.
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=uptime + 60)
+    assert engine.reap(force=True) == 0
+    assert runs_of(alpha, id=run.id)[0].status == states.RUNNING
+    # A timeout shorter than the uptime: the worker really went silent.
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=max(uptime - 60, 1))
+    assert engine.reap(force=True) == 1
+
+
+# --- 12. a failing tenant's runs-index entries do not hide the others' ------------------
+
+
+def test_a_failing_tenants_run_entries_move_out_of_the_way(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    engine = new_engine(redis_client, clock, materialise_batch=3)
+    pipe = redis_client.pipeline()
+    fake = [(beta.id, f"00000000-0000-7000-8000-00000000000{i}", START) for i in range(3)]
+    index.put_runs(pipe, fake)
+    pipe.execute()
+    job = make_job(alpha, clock, schedule=None)
+    from runs.services import job_trigger
+
+    with schema_context(alpha.schema_name):
+        run, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=job.id, clock=clock)
+    with connection.cursor() as cursor:  # beta cannot be read
+        cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run RENAME TO runs_run_gone')
+    try:
+        engine.load_run_index()  # the batch of 3 holds only beta's entries: deferred
+        engine.load_run_index()  # now alpha's manual run is in the batch
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run_gone RENAME TO runs_run')
+    assert run.id in engine.runs.known
+    later = START.timestamp() + engine.config.lookahead_seconds + 1
+    scores = redis_client.zmscore(index.runs_index_key(), [index.member(t, r) for t, r, _ in fake])
+    assert all(score >= later for score in scores), scores
+
+
+# --- 13. a new leader does not retry at once what its predecessor backed off ------------
+
+
+def test_a_new_leader_adopts_the_published_tenant_back_offs(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    old = new_engine(redis_client, clock)
+    old.faults.failed(beta.id, beta.schema_name, RuntimeError("lock timeout"))
+    old.faults.faults[beta.id].retry_at += 30  # a long back-off
+    old.publish_faults()
+    process = SchedulerProcess(client=redis_client, clock=clock, lease_seconds=2, holder="b:1")
+    redis_client.delete("lock:" + leader_lock_name())
+    assert process.try_lead()
+    assert not process.engine.faults.allowed(beta.id)
+    assert process.engine.faults.allowed(alpha.id)
+
+
+# --- 14. a bump that is not blocked still refuses once the lock is gone ---------------
+
+
+def test_a_bump_after_the_lock_expired_is_refused(live, redis_client):
+    from beat.lease import Lease, LeaseLost, bump_epoch, current_epoch
+
+    b = Lease(redis_client, holder="b", expire_seconds=2)
+    assert b._lock.acquire(blocking=False)
+    redis_client.delete(b.lock_key)  # expired while B stalled
+    before = current_epoch()
+    try:
+        bump_epoch("b", holds_lease=b.holds_lock)
+    except LeaseLost:
+        pass
+    else:
+        raise AssertionError("B bumped the epoch without holding the lock")
+    assert current_epoch() == before

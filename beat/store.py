@@ -17,6 +17,7 @@ from psycopg import sql
 
 from core.failpoints import freeze_in_fence
 from core.sql import pg_array, table
+from jobs.indexing import SCHEDULABLE
 from runs.status_sql import STATUS
 
 JOB_COLUMNS = (
@@ -48,8 +49,8 @@ JOB_COLUMNS = (
     "start_at",
     "end_at",
 )
-# The condition of job_schedulable_idx: a job whose slots the leader materialises.
-SCHEDULABLE = "deleted_at IS NULL AND NOT paused AND next_run_at IS NOT NULL AND fault_code = ''"
+# The condition of job_schedulable_idx, a job whose slots the leader materialises: SCHEDULABLE
+# (from jobs/indexing.py, which writes the index for the same jobs).
 
 
 class FencingError(Exception):

@@ -73,3 +73,33 @@ def best_effort(write_index: Callable[[], None]) -> None:
         write_index()
     except redis.RedisError as exc:
         log.warning("time index not updated now (%s); the leader's sync will catch up", exc)
+
+
+INDEX_PAGE = 5000
+# A job the index must hold (the partial index job_schedulable_idx has the same predicate).
+SCHEDULABLE = "deleted_at IS NULL AND NOT paused AND next_run_at IS NOT NULL AND fault_code = ''"
+
+
+def index_tenant_jobs(tenant: Tenant) -> int:
+    """Write every schedulable job of the tenant into the index (add or lower, a page of
+    jobs per round trip): after a suspension, which the leader treats as the tenant being
+    gone, dropping its entries. Returns how many jobs were written."""
+    client = get_redis()
+    written, after = 0, 0
+    while True:
+        query = sql.SQL(
+            f"SELECT id, next_run_at FROM {{}} WHERE {SCHEDULABLE} AND id > %s ORDER BY id LIMIT %s"
+        ).format(table(tenant.schema_name, "jobs_job"))
+        with connection.cursor() as cursor:
+            cursor.execute(query, [after, INDEX_PAGE])
+            rows = cursor.fetchall()
+        if rows:
+            pipe = client.pipeline(transaction=False)
+            index.lower_jobs(pipe, [(tenant.id, job_id, at) for job_id, at in rows])
+            pipe.execute()
+            written += len(rows)
+        if len(rows) < INDEX_PAGE:
+            break
+        after = rows[-1][0]
+    client.rpush(wake_key(), "index")
+    return written

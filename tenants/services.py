@@ -12,6 +12,7 @@ from django.db import transaction
 from django_tenants.utils import schema_context
 
 from .models import Domain, Tenant
+from .signals import tenant_resumed
 from .tokens import IssuedToken, token_issue
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
@@ -114,11 +115,14 @@ def tenant_suspend(*, tenant: Tenant, reason: str = "", now: datetime) -> bool:
 
 
 def tenant_resume(*, tenant: Tenant) -> bool:
-    """Lift a suspension. Slots missed meanwhile follow each job's misfire policy (the
-    leader's reconciliation sweep puts the tenant's due jobs back within
-    SCHEDULER_RELAY_INTERVAL_SECONDS). False if it was not suspended."""
+    """Lift a suspension. The tenant's schedulable jobs go back into the time index at once
+    (`tenant_resumed`; should that write fail, the leader's reconciliation sweep puts each
+    due job back within SCHEDULER_RELAY_INTERVAL_SECONDS), and slots missed meanwhile follow
+    each job's misfire policy. False if it was not suspended."""
     changed = Tenant.objects.filter(pk=tenant.pk, suspended_at__isnull=False).update(
         suspended_at=None, suspended_reason=""
     )
     tenant.refresh_from_db(fields=["suspended_at", "suspended_reason"])
+    if changed:
+        tenant_resumed.send(sender=Tenant, tenant=tenant)
     return bool(changed)

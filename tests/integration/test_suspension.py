@@ -10,9 +10,10 @@ from django_tenants.utils import schema_context
 
 from core.clock import FakeClock
 from jobs.models import AuditEvent
+from jobs.services import job_pause
 from tenants.services import tenant_resume, tenant_suspend
 
-from .helpers import make_job, new_engine, runs_of, utc
+from .helpers import ACTOR, make_job, new_engine, runs_of, utc
 
 START = utc(2026, 6, 1, 12, 0, 0)
 
@@ -35,10 +36,9 @@ def test_a_suspended_tenants_due_job_is_not_materialised_while_another_tenants_i
     finally:
         assert tenant_resume(tenant=alpha)
     assert not tenant_resume(tenant=alpha)
-    # Resumed: the reconciliation sweep puts the due job back, and it fires again.
+    # Resumed: its jobs are back in the index (below), and the due one fires again.
     engine = new_engine(redis_client, clock, lookahead_seconds=30)
     clock.advance(60)
-    assert engine.reconcile() >= 1
     engine.materialise()
     assert runs_of(alpha), "the resumed tenant's job is materialised again"
 
@@ -64,3 +64,30 @@ def test_a_suspended_tenants_api_answers_403_with_a_problem(live):
         tenant_resume(tenant=alpha.tenant)
     with schema_context(alpha.schema):
         assert not AuditEvent.objects.filter(action="create").exists()
+
+
+def test_resuming_a_tenant_puts_all_its_jobs_back_into_the_index_at_once(live, redis_client):
+    """The leader drops a suspended tenant's index entries (to it, the tenant is gone);
+    the reconcile sweep alone would take 1,000 jobs per pass: resume writes them all."""
+    from django.db import transaction
+
+    from core import index
+    from core.keys import index_key
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = [
+        make_job(alpha, clock, name=f"hourly-{i}", schedule={"cron": "0 * * * *"}) for i in range(3)
+    ]
+    paused = make_job(alpha, clock, name="paused", schedule={"cron": "0 * * * *"})
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=paused.id, clock=clock)
+    tenant_suspend(tenant=alpha, reason="unpaid", now=clock.now())
+    members = [index.member(alpha.id, j.id) for j in [*jobs, paused]]
+    redis_client.zrem(index_key(), *members)  # what the leader does for a gone tenant
+    with transaction.atomic():
+        assert tenant_resume(tenant=alpha)
+        assert redis_client.zmscore(index_key(), members) == [None] * 4  # after the commit
+    scores = redis_client.zmscore(index_key(), members)
+    assert scores[:3] == [utc(2026, 6, 1, 13, 0).timestamp()] * 3
+    assert scores[3] is None  # a paused job stays out

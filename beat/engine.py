@@ -105,6 +105,7 @@ class Engine:
         self.reconcile_sweep = sweeps.TenantSweep("reconcile", config.relay_interval_seconds)
         self.sync_sweep = sweeps.TenantSweep("sync", config.relay_interval_seconds)
         self.reap_sweep = sweeps.TenantSweep("reap", config.reap_interval_seconds)
+        self.dag_sweep = sweeps.TenantSweep("settle DAG runs", config.relay_interval_seconds)
         self.rebuild: IndexRebuild | None = None
 
     # --- the steps -------------------------------------------------------------------------
@@ -199,10 +200,22 @@ class Engine:
             self, self.reap_sweep, lambda chunk: sweeps.reap_chunk(self, chunk), force=force
         )
 
+    def settle_dag_runs(self, *, force: bool = False) -> int:
+        """DAG runs whose last end nobody settled are settled."""
+        return sweeps.run_sweep(
+            self, self.dag_sweep, lambda chunk: sweeps.dag_chunk(self, chunk), force=force
+        )
+
     def sweeps_running(self) -> bool:
         return any(
             s.running
-            for s in (self.takeover_sweep, self.relay_sweep, self.reconcile_sweep, self.reap_sweep)
+            for s in (
+                self.takeover_sweep,
+                self.relay_sweep,
+                self.reconcile_sweep,
+                self.reap_sweep,
+                self.dag_sweep,
+            )
         )
 
     # --- the index -------------------------------------------------------------------------

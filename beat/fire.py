@@ -231,6 +231,8 @@ def _admit_the_rest(
 
 
 def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissionRow]):
+    """(runs of deleted jobs, slots of paused jobs, the rest); a paused job's dependency
+    runs are in none: they stay waiting, out of memory, until the job is resumed."""
     gone, paused, live = [], [], []
     for entry in entries:
         job = jobs.get(entry.job_id)
@@ -238,6 +240,8 @@ def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissi
             gone.append(entry.run_id)
         elif job.paused and entry.trigger == "schedule" and entry.attempt == 1:
             paused.append(entry.run_id)
+        elif job.paused and entry.trigger == "dependency":
+            continue  # held by the pause (store.HELD_BY_PAUSE)
         else:
             live.append(entry)
     return gone, paused, live

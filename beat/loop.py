@@ -113,6 +113,7 @@ class SchedulerProcess:
         engine.reconcile()
         engine.sync_dirty()
         engine.reap()
+        engine.settle_dag_runs()
         engine.publish_faults()
         self.iterations += 1
         busy = processed >= self.config.materialise_batch or engine.materialise_interrupted

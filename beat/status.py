@@ -15,7 +15,7 @@ from core.sql import table
 from runs.status_sql import STATUS
 
 from .lease import current_epoch
-from .store import SCHEDULABLE
+from .store import HELD_BY_PAUSE, SCHEDULABLE
 from .tenant_directory import TenantDirectory
 
 SCHEMAS_PER_STATEMENT = 200  # one UNION ALL statement per this many tenants
@@ -23,11 +23,18 @@ SCHEMAS_PER_STATEMENT = 200  # one UNION ALL statement per this many tenants
 
 def _overdue_query(schema: str) -> sql.Composed:
     return sql.SQL(
-        "SELECT (SELECT count(*) FROM {runs} WHERE status IN {waiting} AND due_at <= %s),"
-        " (SELECT min(due_at) FROM {runs} WHERE status IN {waiting} AND due_at <= %s),"
+        "SELECT (SELECT count(*) FROM {runs} r JOIN {jobs} j ON j.id = r.job_id"
+        "  WHERE r.status IN {waiting} AND r.due_at <= %s AND NOT {held}),"
+        " (SELECT min(r.due_at) FROM {runs} r JOIN {jobs} j ON j.id = r.job_id"
+        "  WHERE r.status IN {waiting} AND r.due_at <= %s AND NOT {held}),"
         f" (SELECT count(*) FROM {{jobs}} WHERE {SCHEDULABLE} AND next_run_at <= %s),"
         f" (SELECT min(next_run_at) FROM {{jobs}} WHERE {SCHEDULABLE})"
-    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
+    ).format(
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        held=sql.SQL(HELD_BY_PAUSE),
+        **STATUS,
+    )
 
 
 def _rows(schemas: list[str], now: datetime) -> tuple[list[tuple], list[str]]:

@@ -53,6 +53,11 @@ JOB_COLUMNS = (
 # (from jobs/indexing.py, which writes the index for the same jobs).
 
 
+# A dependency run of a paused job: the leader holds it (neither runs nor skips it) until
+# the job is resumed, so that its DAG run waits (`runs.services.release_held_dependency_runs`).
+HELD_BY_PAUSE = "(j.paused AND r.trigger = 'dependency')"
+
+
 class FencingError(Exception):
     """This process's lease epoch is no longer current: it must stop writing at once."""
 
@@ -248,13 +253,19 @@ def queue_unconstrained(
         UPDATE {runs} r SET status = {queued}, queued_at = now() FROM {jobs} j
         WHERE r.id = ANY(%s::uuid[]) AND r.status IN {admittable}
           AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
+          AND NOT {held}
           AND (r.trigger <> 'schedule' OR r.attempt > 1
                OR (NOT j.paused
                    AND (NOT r.id = ANY(%s::uuid[])
                         OR r.due_at >= %s - make_interval(secs => j.misfire_grace_seconds))))
         RETURNING r.id, j.priority, j.timeout_seconds
         """
-    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
+    ).format(
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        held=sql.SQL(HELD_BY_PAUSE),
+        **STATUS,
+    )
     cursor.execute(query, [pg_array(run_ids), pg_array(judged_ids), now])
     return [Queued(*row) for row in cursor.fetchall()]
 
@@ -376,7 +387,7 @@ def pending_runs(
 ) -> list[RunRef]:
     """Runs waiting for admission (scheduled or retrying) due by `until`, oldest first, a
     page at a time: `after` is the (due_at, id) of the last run of the page before."""
-    where = "r.status IN {waiting} AND r.due_at <= %s"
+    where = "r.status IN {waiting} AND r.due_at <= %s AND NOT " + HELD_BY_PAUSE
     if after is not None:
         where += " AND (r.due_at, r.id) > (%s, %s)"
     query = _ref_query(where, " ORDER BY r.due_at, r.id LIMIT %s")
@@ -391,8 +402,12 @@ def pending_runs(
 
 
 def pending_runs_by_id(cursor, schema: str, *, until: datetime, run_ids: list) -> list[RunRef]:
-    """The runs among `run_ids` that still wait for admission and are due by `until`."""
-    query = _ref_query("r.id = ANY(%s::uuid[]) AND r.status IN {waiting} AND r.due_at <= %s")
+    """The runs among `run_ids` that still wait for admission and are due by `until` (a
+    paused job's dependency runs are held: see HELD_BY_PAUSE)."""
+    query = _ref_query(
+        "r.id = ANY(%s::uuid[]) AND r.status IN {waiting} AND r.due_at <= %s AND NOT "
+        + HELD_BY_PAUSE
+    )
     query = query.format(
         cols=sql.SQL(REF_COLUMNS),
         runs=table(schema, "runs_run"),

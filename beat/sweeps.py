@@ -18,6 +18,9 @@ that statement fails, the chunk is done again one tenant at a time, each isolate
 - sync: jobs whose post-commit index write did not happen (`index_dirty`) are written.
 - reap: a chunk-wide check finds the tenants with runs whose worker went silent or whose
   message went missing; only those are reaped (`beat/reaper.py`, invariant 5).
+- settle DAG runs: running DAG runs whose ended runs no longer match their last settle (a
+  worker killed between its finish and its settle, a run reaped, cancelled or skipped at
+  admission) are settled (`runs/dags.py`), so none waits for a settle that never comes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from psycopg import sql
 from core import index
 from core.sql import table
 from jobs.indexing import mark_indexed
+from runs.dags import dag_settle, to_settle_query
 from runs.status_sql import STATUS
 
 from . import reaper, store
@@ -52,6 +56,7 @@ CHUNK_TENANTS = 25
 RELAY_PAGE = 10_000  # waiting runs per statement; a tenant's pages go on until all are read
 RECONCILE_LIMIT = 1000  # jobs checked per tenant per pass: the soonest due
 SYNC_BATCH = 2000  # dirty jobs per tenant per pass
+DAG_SETTLE_BATCH = 100  # DAG runs settled per tenant per pass
 
 Tenants = list[tuple[int, str]]
 
@@ -321,3 +326,21 @@ def reap_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
             len(stale),
         )
     return count
+
+
+# --- settle DAG runs ---------------------------------------------------------------------
+
+
+def dag_chunk(engine: Engine, chunk: Tenants) -> int:
+    """Settle the DAG runs of the chunk's tenants that a settle missed. Settling is safe
+    from any process at any time (runs/dags.py), so it is not fenced."""
+    schemas = dict(chunk)
+    settled = 0
+    for tenant_id, rows in _rows_by_tenant(chunk, to_settle_query, [DAG_SETTLE_BATCH]).items():
+        for (dag_run_id,) in rows:
+            engine.checkpoint()
+            dag_settle(schema=schemas[tenant_id], dag_run_id=dag_run_id, now=engine.clock.now())
+            settled += 1
+    if settled:
+        log.warning("settled %s DAG runs whose last end had not been settled", settled)
+    return settled

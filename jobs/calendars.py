@@ -7,6 +7,7 @@ attached to it: their prepared runs inside the lookahead window are brought in l
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from .signals import schedule_changed
 from .validation import Errors, JobValidationError
 
 MAX_SPANS = 5000
+NAME_PATTERN = re.compile(r"[^/\x00-\x1f\x7f]+")
 KNOWN = {"name", "description", "dates", "ranges", "ics", "timezone"}
 
 
@@ -56,6 +58,8 @@ def clean_calendar_input(data: Any, *, creating: bool) -> dict:
         name = data.get("name")
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             errors.add("name", "is required: 1 to 200 characters")
+        elif not NAME_PATTERN.fullmatch(name):
+            errors.add("name", "may not contain '/' or control characters (it is part of URLs)")
         else:
             out["name"] = name.strip()
     if "description" in data:

@@ -13,17 +13,18 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 
 from core.clock import Clock
 from tenants.models import Tenant
 
-from .dag import find_cycle, replace_upstreams
+from .dag import GraphLimits, find_cycle, limit_error, replace_upstreams
 from .indexing import save_and_index
 from .models import AuditEvent, Dependency, ExclusionCalendar, Job, new_hash_seed
 from .schedule_fields import calendar_value, job_calendars, schedule_of
 from .schedules import ScheduleError, next_slot_or_none
-from .signals import job_deleted, schedule_changed
+from .signals import job_deleted, job_resumed, schedule_changed
 from .validation import SCHEDULE_FIELDS, JobValidationError, clean_job_input
 
 log = logging.getLogger("jobs.services")
@@ -102,7 +103,27 @@ def _plan_schedule(job: Job, clean, now: datetime, *, creating: bool) -> list | 
     return rows
 
 
+def dag_limits() -> GraphLimits:
+    return GraphLimits(
+        max_nodes=settings.SCHEDULER_DAG_MAX_NODES,
+        max_edges=settings.SCHEDULER_DAG_MAX_EDGES,
+        max_depth=settings.SCHEDULER_DAG_MAX_DEPTH,
+    )
+
+
+def _lock_graph() -> None:
+    """Edits of the tenant's graph take turns (a transaction-scoped advisory lock, bounded
+    by the session's lock_timeout): two edits adding `a -> b` and `b -> a` at once would
+    each pass the cycle check against a graph without the other's edge."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':dag'))")
+
+
 def _set_dependencies(job: Job, upstream_ids: list[int]) -> None:
+    """Replace the job's upstreams: each one a live job of this tenant (another tenant's
+    ids do not exist in this schema), no cycle (named), within the operator's limits. A
+    job with upstreams runs when they succeed, so it has no schedule of its own."""
+    _lock_graph()
     found = set(
         Job.objects.filter(id__in=upstream_ids, deleted_at__isnull=True).values_list(
             "id", flat=True
@@ -110,13 +131,29 @@ def _set_dependencies(job: Job, upstream_ids: list[int]) -> None:
     )
     missing = [i for i in upstream_ids if i not in found]
     if missing:
-        raise JobValidationError({"depends_on": [f"no such job: {', '.join(map(str, missing))}"]})
-    edges = list(Dependency.objects.values_list("upstream_id", "downstream_id"))
-    cycle = find_cycle(replace_upstreams(edges, job.id, upstream_ids))
+        raise JobValidationError(
+            {"depends_on": [f"no such job (or deleted): {', '.join(map(str, missing))}"]}
+        )
+    edges = replace_upstreams(
+        Dependency.objects.values_list("upstream_id", "downstream_id"), job.id, upstream_ids
+    )
+    cycle = find_cycle(edges)
     if cycle:
         names = dict(Job.objects.filter(id__in=cycle).values_list("id", "name"))
         path = " -> ".join(f"{names.get(i, i)} ({i})" for i in cycle)
         raise JobValidationError({"depends_on": [f"would create a cycle: {path}"]})
+    too_large = limit_error(edges, job.id, dag_limits())
+    if too_large:
+        raise JobValidationError({"depends_on": [too_large]})
+    if upstream_ids and job.schedule_kind != Job.ScheduleKind.NONE:
+        raise JobValidationError(
+            {
+                "depends_on": [
+                    "a job with upstreams runs when they succeed: give it no schedule"
+                    " (schedule: null)"
+                ]
+            }
+        )
     Dependency.objects.filter(downstream=job).exclude(upstream_id__in=upstream_ids).delete()
     have = set(Dependency.objects.filter(downstream=job).values_list("upstream_id", flat=True))
     Dependency.objects.bulk_create(
@@ -160,12 +197,20 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
         rescheduled = calendars_changed or any(k in SCHEDULE_FIELDS for k in changed)
         calendars = _plan_schedule(job, clean, now, creating=False) if rescheduled else None
         _clear_fault(job, now)
-        upstreams = None
+        upstreams = sorted(
+            Dependency.objects.filter(downstream=job).values_list("upstream_id", flat=True)
+        )
         if clean.depends_on is not None:
-            upstreams = sorted(
-                Dependency.objects.filter(downstream=job).values_list("upstream_id", flat=True)
-            )
             _set_dependencies(job, clean.depends_on)
+        elif upstreams and job.schedule_kind != Job.ScheduleKind.NONE:
+            raise JobValidationError(
+                {
+                    "schedule": [
+                        "this job has upstreams (depends_on) and runs when they succeed:"
+                        " remove them (depends_on: []) to give it a schedule"
+                    ]
+                }
+            )
         save_and_index(tenant, job)
         if calendars is not None:
             job.calendars.set(calendars)
@@ -175,7 +220,7 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
         if rescheduled:
             schedule_changed.send(sender=Job, job=job, now=now)
         diff = _diff(before, changed)
-        if upstreams is not None and upstreams != clean.depends_on:
+        if clean.depends_on is not None and upstreams != clean.depends_on:
             diff["depends_on"] = [upstreams, clean.depends_on]
         fields = sorted(set(changed) | ({"depends_on"} if "depends_on" in diff else set()))
         _audit(actor, "update", job, {"fields": fields, "diff": diff})
@@ -252,19 +297,46 @@ def job_resume(*, tenant: Tenant, actor: Actor, job_id: int, clock: Clock) -> Jo
             job.paused, job.resumed_at, job.paused_reason = False, now, ""
             if job.next_run_at is None:
                 job.next_run_at = first_slot_after(job, now)
+            job_resumed.send(sender=Job, tenant=tenant, job=job, now=now)
         if parked or job.resumed_at == now:
             save_and_index(tenant, job)
         _audit(actor, "resume", job)
     return job
 
 
-def job_delete(*, tenant: Tenant, actor: Actor, job_id: int, clock: Clock) -> None:
-    """Soft delete: no future runs; history and audit stay."""
+class HasDownstreams(Exception):
+    """A job with downstreams is deleted only with its edges (`cascade_edges`)."""
+
+    def __init__(self, downstreams: list[tuple[int, str]]) -> None:
+        self.downstreams = downstreams
+        shown = ", ".join(f"{name} ({i})" for i, name in downstreams[:10])
+        more = f" and {len(downstreams) - 10} more" if len(downstreams) > 10 else ""
+        super().__init__(
+            f"the job has downstream jobs that depend on it: {shown}{more}; remove those "
+            "dependencies first, or delete with cascade=edges to remove them with it"
+        )
+
+
+def job_delete(
+    *, tenant: Tenant, actor: Actor, job_id: int, clock: Clock, cascade_edges: bool = False
+) -> None:
+    """Soft delete: no future runs; history and audit stay. Its upstream edges go with it;
+    a job that others depend on is refused (`HasDownstreams`) unless `cascade_edges`,
+    which removes those edges too (each downstream then runs on demand, or after its
+    other upstreams)."""
     now = clock.now()
     with transaction.atomic():
         job = _locked(job_id)
+        _lock_graph()
+        downstreams = list(
+            Job.objects.filter(upstream_links__upstream=job, deleted_at__isnull=True)
+            .order_by("id")
+            .values_list("id", "name")
+        )
+        if downstreams and not cascade_edges:
+            raise HasDownstreams(downstreams)
         job.deleted_at = now
         save_and_index(tenant, job)
-        Dependency.objects.filter(upstream=job).delete()
+        removed = Dependency.objects.filter(Q(upstream=job) | Q(downstream=job)).delete()[0]
         job_deleted.send(sender=Job, job=job, now=now)
-        _audit(actor, "delete", job)
+        _audit(actor, "delete", job, {"edges_removed": removed} if removed else None)

@@ -9,6 +9,7 @@ delivery claims nothing and a late finish cannot overwrite a run that moved on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -27,6 +28,7 @@ from core.registry import RunContext, get_task, needs_tenant_schema
 from core.sql import table
 
 from . import states
+from .dags import dag_settle, dag_start
 from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
 from .outcomes import Decision, Outcome, decide
@@ -52,6 +54,9 @@ class Claimed:
     retry: RetryPolicy
     job_deleted: bool
     concurrency_policy: str
+    trigger: str = ""
+    dag_run: Any = None  # the DAG run the run belongs to (set at its first claim if a root)
+    has_downstreams: bool = False  # of a run not yet in a DAG run: it starts one
 
 
 # Claim and finish are one statement each, and neither waits for its WAL flush
@@ -67,12 +72,15 @@ WITH claimed AS (
                       worker = %(worker)s, error = ''
     WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-    RETURNING id, job_id, attempt, scheduled_for, payload_override
+    RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run
 )
 SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payload),
        j.target_type, j.target, j.timeout_seconds, j.max_attempts, j.backoff_seconds,
        j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter, j.deleted_at IS NOT NULL,
-       j.concurrency_policy
+       j.concurrency_policy, c.trigger, c.dag_run,
+       c.dag_run IS NULL AND EXISTS (
+           SELECT 1 FROM {deps} d JOIN {jobs} dj ON dj.id = d.downstream_id
+           WHERE d.upstream_id = c.job_id AND dj.deleted_at IS NULL)
 FROM claimed c JOIN {jobs} j ON j.id = c.job_id
 """
 
@@ -81,7 +89,10 @@ def claim_run(
     *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
 ) -> Claimed | None:
     query = sql.SQL(CLAIM_SQL).format(
-        runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        deps=table(schema, "jobs_dependency"),
+        **STATUS,
     )
     with connection.cursor() as cursor:
         cursor.execute(query, {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt})
@@ -102,6 +113,9 @@ def claim_run(
         RetryPolicy(*row[7:12]),
         row[12],
         row[13],
+        row[14],
+        row[15],
+        row[16],
     )
 
 
@@ -272,6 +286,7 @@ def run_execute(
     if claimed is None:
         log.info("run %s attempt %s: nothing to claim (duplicate or moved on)", run_id, attempt)
         return "duplicate"
+    claimed = _start_dag_run_if_root(claimed, clock)
     release_connection()
     stop = heartbeats.track(schema, run_id, attempt) if heartbeats else threading.Event()
     context = RunContext(
@@ -294,4 +309,36 @@ def run_execute(
     if decision is None:
         return "superseded"
     notify_finished(claimed)
+    if claimed.dag_run is not None and decision.status in states.TERMINAL:
+        _settle_dag_run(claimed, clock)
     return decision.status
+
+
+def _start_dag_run_if_root(claimed: Claimed, clock: Clock) -> Claimed:
+    """A run of a job with downstreams that is in no DAG run yet starts one. If that
+    fails, the run still runs, on its own (logged): its downstreams do not follow."""
+    if not claimed.has_downstreams:
+        return claimed
+    try:
+        dag_run = dag_start(
+            schema=claimed.schema,
+            run_id=claimed.run_id,
+            job_id=claimed.job_id,
+            trigger=claimed.trigger,
+            started_at=clock.now(),
+        )
+    except Exception:
+        _reconnect()
+        log.exception("run %s: its DAG run could not be started", claimed.run_id)
+        return claimed
+    return dataclasses.replace(claimed, dag_run=dag_run)
+
+
+def _settle_dag_run(claimed: Claimed, clock: Clock) -> None:
+    """The downstream runs follow at once; if this fails (or the worker dies first), the
+    leader's DAG sweep settles the DAG run."""
+    try:
+        dag_settle(schema=claimed.schema, dag_run_id=claimed.dag_run, now=clock.now())
+    except Exception:
+        _reconnect()
+        log.exception("run %s: settling DAG run %s failed", claimed.run_id, claimed.dag_run)

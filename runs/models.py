@@ -53,6 +53,13 @@ class Run(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="run_idempotency_key",
             ),
+            # A downstream job runs once per DAG run: two upstreams finishing at the same
+            # instant both try to create its run, and this index lets exactly one in.
+            models.UniqueConstraint(
+                fields=["dag_run", "job"],
+                condition=Q(trigger="dependency"),
+                name="run_once_per_dag_run",
+            ),
         ]
         indexes = [
             models.Index(
@@ -69,6 +76,9 @@ class Run(models.Model):
             ),
             models.Index(fields=["job", "-scheduled_for"], name="run_job_history_idx"),
             models.Index(fields=["status", "-scheduled_for"], name="run_status_idx"),
+            models.Index(
+                fields=["dag_run"], name="run_dag_run_idx", condition=Q(dag_run__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -124,3 +134,43 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.number} {self.outcome}"
+
+
+class DagRun(models.Model):
+    """One run of a job with downstreams and of everything it causes downstream.
+
+    It covers its root job and every job downstream of it, as the edges were when it
+    started (`nodes`, `edges`: a snapshot, so that an edit of the graph meanwhile changes
+    only later DAG runs). Each downstream job's run carries its id (`Run.dag_run`); see
+    runs/dags.py for how it advances."""
+
+    STATUS_CHOICES = [(status, status) for status in states.DAG_STATUSES]
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    root_job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="dag_runs")
+    root_run = models.UUIDField()
+    trigger = models.CharField(max_length=12)  # the root run's
+    status = models.CharField(max_length=10, choices=STATUS_CHOICES, default=states.DAG_RUNNING)
+    nodes = models.JSONField()  # [job id, ...], the root first
+    edges = models.JSONField()  # [[upstream, downstream], ...]
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # How many of its runs had ended at the last settle: the leader's sweep settles a
+    # running DAG run again when that count no longer matches (an end nobody settled).
+    settled_terminal = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(
+                fields=["started_at"],
+                name="dagrun_running_idx",
+                condition=Q(status=states.DAG_RUNNING),
+            ),
+            models.Index(fields=["root_job", "-started_at"], name="dagrun_root_idx"),
+            models.Index(fields=["-started_at", "id"], name="dagrun_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"DAG run {self.id} of job {self.root_job_id} ({self.status})"

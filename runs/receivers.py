@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.dispatch import receiver
 
-from jobs.signals import job_deleted, schedule_changed
+from jobs.signals import job_deleted, job_resumed, schedule_changed
 
 from . import services
 
@@ -18,3 +18,8 @@ def _on_schedule_changed(sender, *, job, now, **_) -> None:
 @receiver(job_deleted, dispatch_uid="runs.job_deleted")
 def _on_job_deleted(sender, *, job, now, **_) -> None:
     services.runs_cancel_for_deleted_job(job=job, now=now)
+
+
+@receiver(job_resumed, dispatch_uid="runs.job_resumed")
+def _on_job_resumed(sender, *, tenant, job, now, **_) -> None:
+    services.release_held_dependency_runs(tenant=tenant, job=job)

@@ -19,6 +19,7 @@ from jobs.validation import Errors, JobValidationError, validate_payload
 from tenants.models import Tenant
 
 from . import states
+from .dags import dag_reopen, settle_after_commit
 from .models import Attempt, Run
 from .notify import enqueue_runs_on_commit, notify_run_ended
 from .slot_changes import SlotRun, runs_to_remove
@@ -72,6 +73,8 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
                 },
             )
         _audit(actor, "cancel", run, {"from": previous})
+        if run.dag_run is not None:  # its downstreams are skipped as upstream_failed
+            settle_after_commit(tenant.schema_name, run.dag_run, clock.now)
         if previous in states.ACTIVE:
             policy = (
                 Job.objects.filter(id=run.job_id)
@@ -91,6 +94,9 @@ def _replay_one(tenant: Tenant, actor: Actor, run: Run, now: datetime) -> None:
     run.save(update_fields=["status", "attempt", "due_at", "error", "finished_at"])
     _audit(actor, "replay", run, {"from": previous, "attempt": run.attempt})
     enqueue_runs_on_commit(tenant.id, [run])
+    if run.dag_run is not None:  # the DAG run goes on: its skipped downstreams wait again
+        dag_reopen(schema=tenant.schema_name, dag_run_id=run.dag_run)
+        settle_after_commit(tenant.schema_name, run.dag_run, lambda: now)
 
 
 def run_replay(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Run:
@@ -313,3 +319,14 @@ def job_trigger(
     except IntegrityError:  # the same key raced us
         return Run.objects.get(job=job, idempotency_key=idempotency_key), False
     return run, True
+
+
+def release_held_dependency_runs(*, tenant: Tenant, job: Job) -> int:
+    """The dependency runs of a job resumed after a pause go to admission: while it was
+    paused the leader held them (neither run nor skipped), so their DAG run waited."""
+    held = list(
+        Run.objects.filter(job=job, trigger=Run.Trigger.DEPENDENCY, status__in=states.WAITING)
+    )
+    if held:
+        enqueue_runs_on_commit(tenant.id, held)
+    return len(held)

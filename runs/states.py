@@ -70,6 +70,14 @@ SKIP_REASONS = (
 )
 
 
+# A DAG run (runs.DagRun): `running` while any of its jobs has a run to come; then
+# `succeeded` if every job's run succeeded, else `failed` (a replay inside it reopens it).
+DAG_RUNNING = "running"
+DAG_SUCCEEDED = "succeeded"
+DAG_FAILED = "failed"
+DAG_STATUSES = (DAG_RUNNING, DAG_SUCCEEDED, DAG_FAILED)
+
+
 class IllegalTransition(ValueError):
     pass
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -15,10 +16,15 @@ from core.clock import SystemClock
 from .execution import DatabaseUnavailable, run_execute
 from .heartbeat import Heartbeats
 
-WORKER = socket.gethostname()
 CLOCK = SystemClock()
 HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS)
 REQUEUE_PAUSE_SECONDS = 1.0
+
+
+def worker_identity() -> str:
+    """`host:pid` of the process executing (a prefork pool child, not the parent that
+    imported this module): what an attempt's `worker` says."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 @shared_task(
@@ -30,7 +36,7 @@ def execute_run(schema: str, run_id: str, attempt: int) -> str:
             schema=schema,
             run_id=run_id,
             attempt=attempt,
-            worker=WORKER,
+            worker=worker_identity(),
             clock=CLOCK,
             heartbeats=HEARTBEATS,
         )

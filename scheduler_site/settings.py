@@ -248,6 +248,11 @@ SCHEDULER_MAX_PAYLOAD_BYTES = env_int("SCHEDULER_MAX_PAYLOAD_BYTES", 65536, mini
 SCHEDULER_MAX_HEADERS_BYTES = env_int("SCHEDULER_MAX_HEADERS_BYTES", 8192, minimum=256)
 SCHEDULER_HTTP_ALLOW_NETWORKS = env_list("SCHEDULER_HTTP_ALLOW_NETWORKS", [])
 SCHEDULER_MAX_BACKFILL_RUNS = env_int("SCHEDULER_MAX_BACKFILL_RUNS", 1000, minimum=1)
+# A dependency graph (the jobs connected to one another through depends_on, in either
+# direction) stays within these: jobs, dependencies, and dependencies on its longest chain.
+SCHEDULER_DAG_MAX_NODES = env_int("SCHEDULER_DAG_MAX_NODES", 2000, minimum=2)
+SCHEDULER_DAG_MAX_EDGES = env_int("SCHEDULER_DAG_MAX_EDGES", 10_000, minimum=1)
+SCHEDULER_DAG_MAX_DEPTH = env_int("SCHEDULER_DAG_MAX_DEPTH", 1000, minimum=1)
 SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
@@ -290,6 +295,16 @@ SPECTACULAR_SETTINGS = {
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.states.ALL",
+        "DagRunStatusEnum": "runs.states.DAG_STATUSES",
+        "SkipReasonEnum": [
+            "",
+            "overlap",
+            "misfire",
+            "dst",
+            "paused",
+            "upstream_failed",
+            "excluded",
+        ],
         "HttpTargetTypeEnum": ["http"],
         "TaskTargetTypeEnum": ["task"],
     },

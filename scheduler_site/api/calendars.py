@@ -40,7 +40,9 @@ class CalendarInputSerializer(serializers.Serializer):
     """Dates, and ranges, or the text of an iCalendar file (its VEVENTs' dates; a DATE-TIME
     event covers every local date it touches in `timezone`; recurring events are refused)."""
 
-    name = serializers.CharField(max_length=200)
+    name = serializers.RegexField(
+        r"^[^/\x00-\x1f\x7f]+$", max_length=200, help_text="No '/' or control characters."
+    )
     description = serializers.CharField(required=False, allow_blank=True, max_length=5000)
     dates = serializers.ListField(child=serializers.DateField(), required=False)
     ranges = serializers.ListField(

@@ -19,8 +19,9 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from jobs.calendars import CalendarInUse, CalendarNotFound
-from jobs.services import JobNotFound, QuotaExceeded
+from jobs.services import HasDownstreams, JobNotFound, QuotaExceeded
 from jobs.validation import JobValidationError
+from runs.dag_selectors import DagRunNotFound
 from runs.services import BackfillError, RunNotFound, RunStateError
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class TenantSuspendedError(Exception):
 
 
 IN_USE = TYPE_BASE + "in-use"
+HAS_DOWNSTREAMS = TYPE_BASE + "has-downstreams"
 Errors = dict[str, list[str]]
 
 
@@ -92,7 +94,7 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return validation_problem(exc.errors)
     if isinstance(exc, BackfillError):
         return validation_problem({exc.field: [str(exc)]})
-    if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | Http404):
+    if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | DagRunNotFound | Http404):
         # Ids of other tenants land here too: 404 never confirms that something exists.
         return problem(404, "No such object.")
     if isinstance(exc, QuotaExceeded):
@@ -103,6 +105,8 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return problem(403, str(exc), type_=TENANT_SUSPENDED)
     if isinstance(exc, CalendarInUse):
         return problem(409, str(exc), type_=IN_USE)
+    if isinstance(exc, HasDownstreams):
+        return problem(409, str(exc), type_=HAS_DOWNSTREAMS)
     return None
 
 
@@ -162,7 +166,8 @@ DESCRIPTIONS = {
     404: "No such object in this tenant.",
     405: "Method not allowed.",
     406: "Only application/json responses are offered.",
-    409: "The object's state does not allow the action.",
+    409: "The object's state does not allow the action (a run's status, a calendar in use, "
+    "a job that others depend on).",
     413: "The request body is larger than SCHEDULER_API_MAX_BODY_BYTES.",
     415: "The request body must be application/json.",
     429: "Too many requests; Retry-After says when to try again.",

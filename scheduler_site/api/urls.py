@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.urls import include, path, re_path, register_converter
 
+from scheduler_site.api.dags import DagRunCollectionView, DagRunDetailView, JobGraphView
 from scheduler_site.api.jobs.preview import SchedulePreviewView
 from scheduler_site.api.jobs.views import (
     JobCollectionView,
@@ -70,6 +71,9 @@ endpoints = [
     path("runs/<uuid:run_id>/replay", RunReplayView.as_view(), name="run-replay"),
     path("dlq", DlqCollectionView.as_view(), name="dlq"),
     path("dlq/replay", DlqReplayView.as_view(), name="dlq-replay"),
+    path("jobs/<job_id:job_id>/graph", JobGraphView.as_view(), name="job-graph"),
+    path("dag-runs", DagRunCollectionView.as_view(), name="dag-runs"),
+    path("dag-runs/<uuid:dag_run_id>", DagRunDetailView.as_view(), name="dag-run"),
     path("schedule/preview", SchedulePreviewView.as_view(), name="schedule-preview"),
     path("calendars", CalendarCollectionView.as_view(), name="calendars"),
     path("calendars/<calendar_name:name>", CalendarDetailView.as_view(), name="calendar"),

@@ -53,7 +53,8 @@ class Api:
     def create_job(self, **data: Any) -> dict:
         data.setdefault("name", "job")
         data.setdefault("target", TASK)
-        data.setdefault("schedule", {"cron": "*/5 * * * *"})
+        # A job with upstreams runs when they succeed: it has no schedule of its own.
+        data.setdefault("schedule", None if data.get("depends_on") else {"cron": "*/5 * * * *"})
         response = self.post("jobs", data)
         assert response.status_code == 201, response.content
         return response.json()

@@ -42,6 +42,7 @@ def test_the_schema_describes_every_endpoint_and_only_those(schema: dict):
         str(p.pattern)
         .replace("<job_id:job_id>", "{job_id}")
         .replace("<uuid:run_id>", "{run_id}")
+        .replace("<uuid:dag_run_id>", "{dag_run_id}")
         .replace("<calendar_name:name>", "{name}")
         for p in endpoints
     }

@@ -275,14 +275,24 @@ def test_create_edit_and_errors_next_to_their_fields(portal):
     assert "day_of_week: &#x27;FRY&#x27; is not a valid value" in html
     assert 'value="0 9 * * MON-FRY"' in html  # nothing typed is lost
     assert "Europe/Berlin" in html
-    created = client.post("/jobs/new", _form(depends_on="nightly-report"))
+    # A job with upstreams runs when they succeed: the form says so next to the field.
+    scheduled = client.post("/jobs/new", _form(name="after-report", depends_on="nightly-report"))
+    assert scheduled.status_code == 400
+    assert "a job with upstreams runs when they succeed" in scheduled.content.decode()
+    downstream = client.post(
+        "/jobs/new", _form(name="after-report", schedule_type="none", depends_on="nightly-report")
+    )
+    assert downstream.status_code == 302
+    with schema_context(alpha.schema):
+        after = Job.objects.get(name="after-report")
+        assert list(after.upstream_links.values_list("upstream_id", flat=True)) == [
+            portal["active"].id
+        ]
+    created = client.post("/jobs/new", _form())
     assert created.status_code == 302
     with schema_context(alpha.schema):
         job = Job.objects.get(name="hourly-sync")
         assert job.payload == {"a": 1} and job.created_by == f"user:{alpha.admin_user}"
-        assert list(job.upstream_links.values_list("upstream_id", flat=True)) == [
-            portal["active"].id
-        ]
     edited = client.post(
         f"/jobs/{job.id}/edit",
         _form(

@@ -18,3 +18,24 @@ def record(payload: dict, context: RunContext) -> dict:
     while time.monotonic() < deadline and not context.should_stop():
         time.sleep(0.05)
     return {"ok": True}
+
+
+BARRIER_KEY = "test:barrier"
+
+
+@register_task("test.barrier")
+def barrier(payload: dict, context: RunContext) -> dict:
+    """Wait until `parties` runs created at the same instant (a DAG run's branches) have all
+    started, then end together: two upstreams finishing at the same moment."""
+    client = get_redis()
+    key = f"{BARRIER_KEY}:{context.scheduled_for.isoformat()}"
+    client.incr(key)
+    client.expire(key, 120)
+    parties = int(payload.get("parties", 2))
+    deadline = time.monotonic() + float(payload.get("timeout", 20))
+    while int(client.get(key) or 0) < parties:
+        if time.monotonic() > deadline:
+            return {"met": False}
+        time.sleep(0.002)
+    client.rpush(f"{BARRIER_KEY}:met", context.run_id)
+    return {"met": True}

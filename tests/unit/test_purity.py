@@ -21,6 +21,7 @@ PURE_MODULES = (
     "runs.outcomes",
     "runs.states",
     "runs.slot_changes",
+    "runs.dag_progress",
     "core.clock",
 )
 

@@ -231,6 +231,14 @@ class TriggerSerializer(StrictSerializer):
     )
 
 
+class DeleteParamsSerializer(serializers.Serializer):
+    cascade = serializers.ChoiceField(
+        choices=["edges"],
+        required=False,
+        help_text="`edges`: also remove the dependencies of other jobs on this one.",
+    )
+
+
 class JobFilterSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=STATES, required=False)
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False)

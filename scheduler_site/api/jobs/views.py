@@ -24,6 +24,7 @@ from scheduler_site.api.views import ApiView
 
 from .schedule_shapes import JOB_EXAMPLES
 from .serializers import (
+    DeleteParamsSerializer,
     JobFilterSerializer,
     JobInputSerializer,
     JobSerializer,
@@ -129,11 +130,19 @@ class JobDetailView(JobView):
         operation_id="jobs_destroy",
         tags=TAGS,
         summary="Delete a job (soft)",
-        description="No future runs; the run history stays readable under /runs?job=<id>.",
-        responses={204: None, **problem_responses(404, 403, *READ_PROBLEMS)},
+        description=(
+            "No future runs; the run history stays readable under /runs?job=<id>. A job "
+            "that other jobs depend on is refused (409 `has-downstreams`, naming them) "
+            "unless `cascade=edges`, which removes those dependencies with it."
+        ),
+        parameters=[DeleteParamsSerializer],
+        responses={204: None, **problem_responses(400, 404, 403, 409, *READ_PROBLEMS)},
     )
     def delete(self, request: Request, job_id: int) -> Response:
-        services.job_delete(job_id=job_id, **self.services_kwargs(request))
+        cascade = query(DeleteParamsSerializer, request).get("cascade")
+        services.job_delete(
+            job_id=job_id, cascade_edges=cascade == "edges", **self.services_kwargs(request)
+        )
         return Response(status=204)
 
 

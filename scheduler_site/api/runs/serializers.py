@@ -38,7 +38,7 @@ class RunSerializer(serializers.Serializer):
         allow_null=True, help_text="When a retrying run's next attempt is due."
     )
     error = serializers.CharField()
-    skip_reason = serializers.ChoiceField(choices=["", *states.SKIP_REASONS])
+    skip_reason = serializers.ChoiceField(choices=states.SKIP_REASONS, allow_blank=True)
     dag_run = serializers.UUIDField(allow_null=True)
 
 

@@ -1,0 +1,360 @@
+"""DAG runs end to end, in-process against real PostgreSQL and Redis: the leader driven by
+hand, each published message executed as a worker would. The race of two upstreams
+finishing at once is driven with two connections (threads) holding the DAG run's settle
+in each order; tests/scenarios/test_dag_workers.py does it with two worker processes."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django_tenants.utils import schema_context
+
+from core.clock import FakeClock
+from jobs.models import Dependency, Job
+from jobs.services import HasDownstreams, job_delete, job_pause, job_resume
+from runs import dag_progress, dags, states
+from runs.execution import Claimed, claim_run, finish_run, run_execute
+from runs.models import DagRun, Run
+from runs.outcomes import Outcome
+from runs.services import job_trigger, run_replay
+
+from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
+
+START = utc(2026, 6, 1, 12, 0, 0)
+NOOP = {"type": "task", "task": "builtin.noop"}
+FAIL_ONCE = {"type": "task", "task": "builtin.fail"}
+
+
+def _job(tenant, clock, name: str, upstreams=(), **data):
+    data.setdefault("target", NOOP)
+    return make_job(
+        tenant,
+        clock,
+        name=name,
+        schedule=None,
+        depends_on=[u.id for u in upstreams],
+        **data,
+    )
+
+
+def _diamond(tenant, clock, *, b_target=NOOP, below_d: bool = False):
+    a = _job(tenant, clock, "a")
+    b = _job(tenant, clock, "b", [a], target=b_target, payload={"times": 1})
+    c = _job(tenant, clock, "c", [a])
+    d = _job(tenant, clock, "d", [b, c])
+    jobs = {"a": a, "b": b, "c": c, "d": d}
+    if below_d:
+        jobs["e"] = _job(tenant, clock, "e", [d])
+    return jobs
+
+
+def _trigger(tenant, clock, job) -> Run:
+    with schema_context(tenant.schema_name):
+        run, _ = job_trigger(tenant=tenant, actor=ACTOR, job_id=job.id, clock=clock)
+    return run
+
+
+def _take_messages(client) -> list[list]:
+    messages = [message_args(m) for m in queued_messages(client)]
+    for key in client.keys("runs.*"):
+        client.delete(key)
+    return messages
+
+
+def _drive(engine, client, clock, tenant, *, rounds: int = 20) -> int:
+    """Leader and worker in turn until nothing is left to do; returns executions."""
+    executed = 0
+    for _ in range(rounds):
+        engine.load_run_index()
+        engine.fire()
+        messages = _take_messages(client)
+        if not messages:
+            break
+        for schema, run_id, attempt in messages:
+            with schema_context(schema):
+                run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
+            executed += 1
+        clock.advance(1)
+    return executed
+
+
+def _by_job(tenant, dag_run_id) -> dict[str, Run]:
+    with schema_context(tenant.schema_name):
+        runs = Run.objects.filter(dag_run=dag_run_id).select_related("job")
+        return {r.job.name: r for r in runs}
+
+
+def _dag_run(tenant, dag_run_id) -> DagRun:
+    with schema_context(tenant.schema_name):
+        return DagRun.objects.get(id=dag_run_id)
+
+
+def test_diamond_runs_d_once_after_both_b_and_c(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock)
+    engine = new_engine(redis_client, clock)
+    root = _trigger(alpha, clock, jobs["a"])
+    assert _drive(engine, redis_client, clock, alpha) == 4
+    [dag_run] = runs_of(alpha, id=root.id)
+    runs = _by_job(alpha, dag_run.dag_run)
+    assert sorted(runs) == ["a", "b", "c", "d"]
+    assert {r.status for r in runs.values()} == {states.SUCCEEDED}
+    assert [runs[n].trigger for n in "bcd"] == ["dependency"] * 3
+    assert runs["d"].created_at >= max(runs["b"].finished_at, runs["c"].finished_at)
+    summary = _dag_run(alpha, dag_run.dag_run)
+    assert (summary.status, summary.root_job_id, summary.root_run) == (
+        states.DAG_SUCCEEDED,
+        jobs["a"].id,
+        root.id,
+    )
+    assert summary.started_at <= summary.finished_at
+    assert summary.nodes[0] == jobs["a"].id and len(summary.nodes) == 4
+
+
+def test_a_run_of_a_job_without_downstreams_starts_no_dag_run(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    alone = _job(alpha, clock, "alone")
+    engine = new_engine(redis_client, clock)
+    run = _trigger(alpha, clock, alone)
+    _drive(engine, redis_client, clock, alpha)
+    [done] = runs_of(alpha, id=run.id)
+    assert (done.status, done.dag_run) == (states.SUCCEEDED, None)
+    with schema_context(alpha.schema_name):
+        assert not DagRun.objects.exists()
+
+
+def test_a_failure_skips_everything_below_it_and_a_replay_continues_the_dag_run(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, b_target=FAIL_ONCE, below_d=True)
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(id=jobs["b"].id).update(max_attempts=1)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert runs["b"].status == states.DEAD
+    assert runs["c"].status == states.SUCCEEDED  # C is not below B: it still runs
+    for name in ("d", "e"):
+        assert (runs[name].status, runs[name].skip_reason) == (
+            states.SKIPPED,
+            states.SKIP_UPSTREAM_FAILED,
+        )
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+    with schema_context(alpha.schema_name):
+        run_replay(tenant=alpha, actor=ACTOR, run_id=runs["b"].id, clock=clock)
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    assert "d" not in _by_job(alpha, root.dag_run)  # its skip is withdrawn: it waits again
+    _drive(engine, redis_client, clock, alpha)
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcde", states.SUCCEEDED)
+    assert runs["b"].attempt == 2
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_SUCCEEDED
+
+
+def _claimed_run(tenant, dag_run_id, name: str, clock) -> Claimed:
+    """Claim the queued run of job `name` in the DAG run (as a worker would)."""
+    run = _by_job(tenant, dag_run_id)[name]
+    with schema_context(tenant.schema_name):
+        Run.objects.filter(id=run.id).update(status=states.QUEUED)
+    claimed = claim_run(
+        schema=tenant.schema_name, run_id=str(run.id), attempt=1, worker=name, now=clock.now()
+    )
+    assert claimed is not None
+    return claimed
+
+
+def _b_and_c_running(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    b = _claimed_run(alpha, root.dag_run, "b", clock)
+    c = _claimed_run(alpha, root.dag_run, "c", clock)
+    return alpha, clock, root.dag_run, b, c
+
+
+def _settle_in_thread(schema, dag_run_id, clock, out: list, name=None) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(dags.dag_settle(schema=schema, dag_run_id=dag_run_id, now=clock.now()))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def test_b_settles_on_a_view_without_c_while_c_finishes_and_settles(
+    live, redis_client, monkeypatch
+):
+    """B's settle holds the DAG run's row and has read C as running; C's end commits and
+    its settle waits for the row. C's settle must then see both succeeded."""
+    alpha, clock, dag_run_id, b, c = _b_and_c_running(live, redis_client)
+    finish_run(b, Outcome(True), clock.now())
+    read, go_on = threading.Event(), threading.Event()
+    original = dag_progress.settle
+
+    def held_settle(*args, **kwargs):
+        step = original(*args, **kwargs)
+        if threading.current_thread().name == "b-settle":
+            read.set()
+            go_on.wait(10)
+        return step
+
+    monkeypatch.setattr(dags, "settle", held_settle)
+    b_result: list = []
+    b_thread = _settle_in_thread(alpha.schema_name, dag_run_id, clock, b_result, "b-settle")
+    assert read.wait(10)
+    finish_run(c, Outcome(True), clock.now())  # committed while B's settle holds the row
+    c_result: list = []
+    c_thread = _settle_in_thread(alpha.schema_name, dag_run_id, clock, c_result)
+    c_thread.join(0.5)
+    assert c_thread.is_alive(), "C's settle waits for the DAG run's row"
+    go_on.set()
+    b_thread.join(10)
+    c_thread.join(10)
+    assert b_result[0].step.create == []  # B saw C running
+    assert c_result[0].step.create == [_by_job(alpha, dag_run_id)["d"].job_id]
+    assert len(runs_of(alpha, dag_run=dag_run_id, trigger="dependency", job__name="d")) == 1
+
+
+def test_b_and_c_end_then_both_settle_at_once_and_d_is_created_once(live, redis_client):
+    alpha, clock, dag_run_id, b, c = _b_and_c_running(live, redis_client)
+    finish_run(b, Outcome(True), clock.now())
+    finish_run(c, Outcome(True), clock.now())
+    results: list = []
+    threads = [_settle_in_thread(alpha.schema_name, dag_run_id, clock, results) for _ in range(4)]
+    for thread in threads:
+        thread.join(10)
+    assert sum(r.created for r in results) == 1
+    assert len(runs_of(alpha, dag_run=dag_run_id, job__name="d")) == 1
+
+
+def test_the_unique_index_lets_one_d_in_even_without_the_row_lock(live, redis_client):
+    """Two settles that both decided to create D (as two settles without the lock would):
+    the second insert is refused by run_once_per_dag_run."""
+    alpha, clock, dag_run_id, b, c = _b_and_c_running(live, redis_client)
+    finish_run(b, Outcome(True), clock.now())
+    finish_run(c, Outcome(True), clock.now())
+    with schema_context(alpha.schema_name):
+        d_id = Job.objects.get(name="d").id
+    step = dag_progress.Step(create=[d_id])
+    with connection.cursor() as cursor:
+        first = dags._insert_runs(cursor, alpha.schema_name, dag_run_id, step, clock.now())
+        second = dags._insert_runs(cursor, alpha.schema_name, dag_run_id, step, clock.now())
+    assert (len(first), len(second)) == (1, 0)
+
+
+def test_a_worker_killed_after_its_finish_is_settled_by_the_leaders_sweep(live, redis_client):
+    alpha, clock, dag_run_id, b, c = _b_and_c_running(live, redis_client)
+    finish_run(b, Outcome(True), clock.now())  # neither settles: their workers died
+    finish_run(c, Outcome(True), clock.now())
+    engine = new_engine(redis_client, clock)
+    assert engine.settle_dag_runs(force=True) == 1
+    assert _by_job(alpha, dag_run_id)["d"].status == states.SCHEDULED
+    assert engine.settle_dag_runs(force=True) == 0  # settled: nothing more to do
+
+
+def test_a_reaped_upstream_that_dies_skips_its_downstreams_through_the_sweep(live, redis_client):
+    alpha, clock, dag_run_id, b, _c = _b_and_c_running(live, redis_client)
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(name="b").update(max_attempts=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{alpha.schema_name}".runs_run SET heartbeat_at = now() - interval'
+            " '1 hour' WHERE id = %s",
+            [b.run_id],
+        )
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=60)
+    assert engine.reap(force=True) == 1
+    assert engine.settle_dag_runs(force=True) == 1
+    d = _by_job(alpha, dag_run_id)["d"]
+    assert (d.status, d.skip_reason) == (states.SKIPPED, states.SKIP_UPSTREAM_FAILED)
+
+
+def test_a_paused_job_holds_its_part_of_the_dag_run_until_resumed(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock)
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=jobs["d"].id, clock=clock)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    d = _by_job(alpha, root.dag_run)["d"]
+    assert d.status == states.SCHEDULED  # held: neither run nor skipped
+    clock.advance(60)
+    engine.relay(force=True)
+    engine.relay()
+    assert engine.fire().published == 0
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    with schema_context(alpha.schema_name):
+        job_resume(tenant=alpha, actor=ACTOR, job_id=jobs["d"].id, clock=clock)
+    _drive(engine, redis_client, clock, alpha)
+    assert _by_job(alpha, root.dag_run)["d"].status == states.SUCCEEDED
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_SUCCEEDED
+
+
+def test_deleting_a_job_with_downstreams_needs_cascade(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock)
+    with schema_context(alpha.schema_name):
+        with pytest.raises(HasDownstreams, match=r"b \(\d+\), c \(\d+\)"):
+            job_delete(tenant=alpha, actor=ACTOR, job_id=jobs["a"].id, clock=clock)
+        job_delete(tenant=alpha, actor=ACTOR, job_id=jobs["d"].id, clock=clock)  # a leaf
+        assert not Dependency.objects.filter(downstream_id=jobs["d"].id).exists()
+        job_delete(tenant=alpha, actor=ACTOR, job_id=jobs["a"].id, clock=clock, cascade_edges=True)
+        assert not Dependency.objects.exists()
+
+
+def test_a_job_deleted_during_a_dag_run_is_cancelled_and_its_downstreams_skipped(
+    live, redis_client
+):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, below_d=True)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
+    with schema_context(alpha.schema_name):  # d goes while b and c wait (its edges too)
+        job_delete(tenant=alpha, actor=ACTOR, job_id=jobs["d"].id, clock=clock, cascade_edges=True)
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert (runs["d"].status, runs["d"].error) == (states.CANCELLED, "job deleted")
+    assert (runs["e"].status, runs["e"].skip_reason) == (states.SKIPPED, "upstream_failed")
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+
+
+def test_a_scheduled_root_starts_a_dag_run_per_slot(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    root = make_job(alpha, clock, name="root", schedule={"cron": "* * * * *"}, target=NOOP)
+    _job(alpha, clock, "child", [root])
+    engine = new_engine(redis_client, clock)
+    for minute in (1, 2):
+        clock.set(START + timedelta(minutes=minute))
+        engine.materialise()
+        _drive(engine, redis_client, clock, alpha)
+    with schema_context(alpha.schema_name):
+        assert DagRun.objects.filter(status=states.DAG_SUCCEEDED).count() == 2
+        assert Run.objects.filter(trigger="dependency", status=states.SUCCEEDED).count() == 2

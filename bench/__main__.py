@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     pages.add_argument("--jobs", type=int, default=100_000)
     pages.add_argument("--runs", type=int, default=1_000_000)
     pages.add_argument("--repeats", type=int, default=30)
+    dag = sub.add_parser("dag", help="DAG runs of 1,000 jobs: a fan-out and a chain")
+    dag.add_argument("--size", type=int, default=1000)
+    dag.add_argument("--repeats", type=int, default=3)
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from . import (
         concurrency,
+        dag,
         fire_lag,
         leader_cost,
         many_tenants,
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
     elif args.bench == "portal-pages":
         result = portal_pages.run(args.jobs, args.runs, args.repeats)
+    elif args.bench == "dag":
+        result = dag.run(args.size, args.repeats)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "many_tenants": many_tenants.run(50, 10),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
+            "dag": dag.run(30, repeats=1, timeout=120),
         }
     if args.json:
         print(json.dumps(result, default=str))

@@ -28,7 +28,7 @@ from core.registry import RunContext, get_task, needs_tenant_schema
 from core.sql import table
 
 from . import states
-from .dags import dag_settle, dag_start
+from .dags import dag_settle_after_end, dag_start
 from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
 from .outcomes import Decision, Outcome, decide
@@ -286,8 +286,20 @@ def run_execute(
     if claimed is None:
         log.info("run %s attempt %s: nothing to claim (duplicate or moved on)", run_id, attempt)
         return "duplicate"
-    claimed = _start_dag_run_if_root(claimed, clock)
+    claimed, refused = _start_dag_run_if_root(claimed, clock)
     release_connection()
+    outcome = refused if refused is not None else _execute(claimed, heartbeats)
+    decision = finish_with_retries(claimed, outcome, clock)
+    if decision is None:
+        return "superseded"
+    notify_finished(claimed)
+    if claimed.dag_run is not None and decision.status in states.TERMINAL:
+        _settle_dag_run(claimed, clock)
+    return decision.status
+
+
+def _execute(claimed: Claimed, heartbeats: Heartbeats | None) -> Outcome:
+    schema, run_id, attempt = claimed.schema, claimed.run_id, claimed.attempt
     stop = heartbeats.track(schema, run_id, attempt) if heartbeats else threading.Event()
     context = RunContext(
         run_id=str(run_id),
@@ -298,27 +310,22 @@ def run_execute(
         stopped=stop,
     )
     try:
-        outcome = execute_target(claimed, context)
+        return execute_target(claimed, context)
     except Exception as exc:  # a bug of ours (or a time limit) must still end the attempt
         log.exception("run %s: %s", run_id, exc.__class__.__name__)
-        outcome = Outcome(False, f"{exc.__class__.__name__}: {exc}")
+        return Outcome(False, f"{exc.__class__.__name__}: {exc}")
     finally:
         if heartbeats:
             heartbeats.untrack(schema, run_id, attempt)
-    decision = finish_with_retries(claimed, outcome, clock)
-    if decision is None:
-        return "superseded"
-    notify_finished(claimed)
-    if claimed.dag_run is not None and decision.status in states.TERMINAL:
-        _settle_dag_run(claimed, clock)
-    return decision.status
 
 
-def _start_dag_run_if_root(claimed: Claimed, clock: Clock) -> Claimed:
+def _start_dag_run_if_root(claimed: Claimed, clock: Clock) -> tuple[Claimed, Outcome | None]:
     """A run of a job with downstreams that is in no DAG run yet starts one. If that
-    fails, the run still runs, on its own (logged): its downstreams do not follow."""
+    fails, the attempt fails without running the target (a root run alone would leave
+    its downstreams silently behind): the retry policy tries again, and a lasting
+    failure ends in the dead-letter queue, visible."""
     if not claimed.has_downstreams:
-        return claimed
+        return claimed, None
     try:
         dag_run = dag_start(
             schema=claimed.schema,
@@ -327,18 +334,25 @@ def _start_dag_run_if_root(claimed: Claimed, clock: Clock) -> Claimed:
             trigger=claimed.trigger,
             started_at=clock.now(),
         )
-    except Exception:
+    except Exception as exc:
         _reconnect()
         log.exception("run %s: its DAG run could not be started", claimed.run_id)
-        return claimed
-    return dataclasses.replace(claimed, dag_run=dag_run)
+        return claimed, Outcome(
+            False, f"its DAG run could not be started: {exc.__class__.__name__}: {exc}"
+        )
+    return dataclasses.replace(claimed, dag_run=dag_run), None
 
 
 def _settle_dag_run(claimed: Claimed, clock: Clock) -> None:
     """The downstream runs follow at once; if this fails (or the worker dies first), the
     leader's DAG sweep settles the DAG run."""
     try:
-        dag_settle(schema=claimed.schema, dag_run_id=claimed.dag_run, now=clock.now())
+        dag_settle_after_end(
+            schema=claimed.schema,
+            dag_run_id=claimed.dag_run,
+            job_id=claimed.job_id,
+            now=clock.now(),
+        )
     except Exception:
         _reconnect()
         log.exception("run %s: settling DAG run %s failed", claimed.run_id, claimed.dag_run)

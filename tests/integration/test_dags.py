@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django_tenants.utils import schema_context
@@ -126,6 +127,45 @@ def test_a_run_of_a_job_without_downstreams_starts_no_dag_run(live, redis_client
     assert (done.status, done.dag_run) == (states.SUCCEEDED, None)
     with schema_context(alpha.schema_name):
         assert not DagRun.objects.exists()
+
+
+def test_a_root_whose_dag_run_cannot_start_fails_its_attempt_and_retries(live, redis_client):
+    """Another session holds the DAG-run table (a migration, a stuck psql): the root's
+    attempt must not run alone, leaving its downstreams silently behind; it fails, and
+    its retry starts the DAG run once the table is free."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    holder = psycopg.connect(**params, autocommit=False)
+    holder.execute(f'LOCK TABLE "{schema}".runs_dagrun IN ACCESS EXCLUSIVE MODE')
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with schema_context(schema):
+            outcome = run_execute(
+                schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock
+            )
+    finally:
+        holder.close()
+    assert outcome == states.RETRYING  # the retry policy takes it again
+    with schema_context(alpha.schema_name):
+        root = Run.objects.get(id=run_id)
+        [first] = root.attempts.all()
+    assert root.dag_run is None
+    assert "its DAG run could not be started" in first.error
+    clock.advance(3600)
+    _drive(engine, redis_client, clock, alpha)
+    root = runs_of(alpha, job_id=jobs["a"].id)[0]
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcd", states.SUCCEEDED)
 
 
 def test_a_failure_skips_everything_below_it_and_a_replay_continues_the_dag_run(live, redis_client):
@@ -358,3 +398,45 @@ def test_a_scheduled_root_starts_a_dag_run_per_slot(live, redis_client):
     with schema_context(alpha.schema_name):
         assert DagRun.objects.filter(status=states.DAG_SUCCEEDED).count() == 2
         assert Run.objects.filter(trigger="dependency", status=states.SUCCEEDED).count() == 2
+
+
+def test_a_leaf_ending_before_the_others_takes_no_lock_and_the_last_end_settles(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    root = _job(alpha, clock, "root")
+    for name in ("x", "y"):
+        _job(alpha, clock, name, [root])
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, root)
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
+    [root_run] = runs_of(alpha, job_id=root.id)
+    x = _claimed_run(alpha, root_run.dag_run, "x", clock)
+    y = _claimed_run(alpha, root_run.dag_run, "y", clock)
+    finish_run(x, Outcome(True), clock.now())
+    # y still runs: x's end can change nothing, and the DAG run's row stays free meanwhile
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    holder = psycopg.connect(**params, autocommit=False)
+    holder.execute(
+        f'SELECT 1 FROM "{schema}".runs_dagrun WHERE id = %s FOR UPDATE', [root_run.dag_run]
+    )
+    try:
+        assert (
+            dags.dag_settle_after_end(
+                schema=schema, dag_run_id=root_run.dag_run, job_id=x.job_id, now=clock.now()
+            )
+            is None
+        )
+    finally:
+        holder.close()
+    assert _dag_run(alpha, root_run.dag_run).status == states.DAG_RUNNING
+    finish_run(y, Outcome(True), clock.now())
+    settled = dags.dag_settle_after_end(
+        schema=schema, dag_run_id=root_run.dag_run, job_id=y.job_id, now=clock.now()
+    )
+    assert settled is not None
+    assert _dag_run(alpha, root_run.dag_run).status == states.DAG_SUCCEEDED

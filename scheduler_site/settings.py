@@ -209,6 +209,22 @@ SCHEDULER_DB_LOCK_TIMEOUT_SECONDS = env_float(
 SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS", 0.1, minimum=0.01
 )
+# Fair admission (ADR 0011): due runs wait in the leader's fair queue while their tenant is
+# at its max_concurrency or the broker holds BACKLOG_PER_SLOT messages per live worker slot
+# (at least BACKLOG_MIN); 0 turns it off (every due run is published at once, FIFO).
+SCHEDULER_FAIR_ADMISSION = env_bool("SCHEDULER_FAIR_ADMISSION", True)
+SCHEDULER_ADMISSION_BACKLOG_PER_SLOT = env_float(
+    "SCHEDULER_ADMISSION_BACKLOG_PER_SLOT", 2.0, minimum=0.1
+)
+SCHEDULER_ADMISSION_BACKLOG_MIN = env_int("SCHEDULER_ADMISSION_BACKLOG_MIN", 20, minimum=1)
+SCHEDULER_INFLIGHT_RECOUNT_SECONDS = env_float(
+    "SCHEDULER_INFLIGHT_RECOUNT_SECONDS", 5.0, minimum=0.1
+)
+# What a new tenant gets unless provision_tenant says otherwise.
+SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY = env_int(
+    "SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY", 100, minimum=1
+)
+SCHEDULER_TENANT_DEFAULT_WEIGHT = env_int("SCHEDULER_TENANT_DEFAULT_WEIGHT", 1, minimum=1)
 SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS", 10.0, minimum=0.5
 )

@@ -17,6 +17,7 @@ PURE_MODULES = (
     "jobs.dag",
     "beat.planning",
     "beat.admission",
+    "beat.fair_share",
     "runs.retry",
     "runs.outcomes",
     "runs.states",

@@ -124,8 +124,12 @@ class FairQueue:
                 idle_turns += 1
                 continue
             idle_turns = 0
+            quantum = weights[tenant] * scale
+            # A visit the last take's budget cut short goes on, but with no more than this
+            # take's quantum: credit earned at a larger scale would skew the shares.
+            self._deficit[tenant] = min(self._deficit[tenant], quantum)
             if self._deficit[tenant] < 1:
-                self._deficit[tenant] += weights[tenant] * scale
+                self._deficit[tenant] += quantum
             while self._deficit[tenant] >= 1 and queue and room > 0 and slots[tenant] > 0:
                 taken.append((tenant, heapq.heappop(queue).item))
                 self._deficit[tenant] -= 1

@@ -1,6 +1,7 @@
 """Fair share under a flood, with fair admission on and off, side by side in one run.
 
-Tenant A enqueues `count` `builtin.sleep` runs of 50 ms at once; tenant B has a job that
+Tenant A enqueues `count` `builtin.sleep` runs of 50 ms at once (over 100 jobs, so every
+run-queue shard holds some); tenant B has a job that
 fires every second. One Celery worker (`--workers` prefork processes) drains them, led by
 a real leader loop in this process. Reported per mode: B's start lag (start minus
 scheduled instant) p50/p99/max while A's flood drains, and A's throughput (runs per
@@ -37,6 +38,7 @@ from .world import bench_tenants, drop_bench_data, percentile
 
 ACTOR = Actor("bench")
 SLEEP = {"type": "task", "task": "builtin.sleep"}
+FLOOD_JOBS = 100  # A's flood spans many jobs, hence every run queue shard
 
 
 def _flood(tenant: Tenant, job_id: int, count: int, due: datetime) -> None:
@@ -89,15 +91,17 @@ def _jobs(tenant: Tenant, name: str, **data) -> int:
         ).id
 
 
-def _done(tenant: Tenant, job_id: int) -> int:
+def _done(tenant: Tenant, job_ids: list[int]) -> int:
     with schema_context(tenant.schema_name):
-        return Run.objects.filter(job_id=job_id, status__in=states.TERMINAL).count()
+        return Run.objects.filter(job_id__in=job_ids, status__in=states.TERMINAL).count()
 
 
 def _flood_phase(a: Tenant, b: Tenant, count: int, fair: bool, timeout: float) -> dict:
     client = get_redis()
     drop_bench_data(client, [a, b])
-    flood = _jobs(a, "flood", schedule=None, payload={"seconds": 0.05})
+    floods = [
+        _jobs(a, f"flood-{n}", schedule=None, payload={"seconds": 0.05}) for n in range(FLOOD_JOBS)
+    ]
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
     tick = _jobs(
         b,
@@ -108,14 +112,15 @@ def _flood_phase(a: Tenant, b: Tenant, count: int, fair: bool, timeout: float) -
     stop_leader, leader = _leader(AdmissionConfig(enabled=fair))
     try:
         wait_until(lambda: datetime.now(UTC) >= start, 10, 0.05)
-        _flood(a, flood, count, start)
-        finished = wait_until(lambda: _done(a, flood) >= count, timeout, 0.5)
+        for n, job_id in enumerate(floods):
+            _flood(a, job_id, count // FLOOD_JOBS + (n < count % FLOOD_JOBS), start)
+        finished = wait_until(lambda: _done(a, floods) >= count, timeout, 0.5)
     finally:
         stop_leader.set()
         leader.join(30)
     with schema_context(a.schema_name):
         times = list(
-            Run.objects.filter(job_id=flood, status=states.SUCCEEDED).values_list(
+            Run.objects.filter(job_id__in=floods, status=states.SUCCEEDED).values_list(
                 "started_at", "finished_at"
             )
         )
@@ -149,12 +154,12 @@ def _weights_phase(a: Tenant, b: Tenant, count: int, timeout: float) -> dict:
     Tenant.objects.filter(id=a.id).update(weight=3)
     jobs = {t.id: _jobs(t, "flood", schedule=None, payload={"seconds": 0.05}) for t in (a, b)}
     due = datetime.now(UTC)
+    for tenant in (a, b):  # both waiting before the leader starts: a fair race
+        _flood(tenant, jobs[tenant.id], count, due)
     stop_leader, leader = _leader(AdmissionConfig(enabled=True))
     try:
-        for tenant in (a, b):
-            _flood(tenant, jobs[tenant.id], count, due)
         # half of each flood admitted: both were backlogged all that time
-        wait_until(lambda: _done(a, jobs[a.id]) + _done(b, jobs[b.id]) >= count, timeout, 0.5)
+        wait_until(lambda: _done(a, [jobs[a.id]]) + _done(b, [jobs[b.id]]) >= count, timeout, 0.5)
     finally:
         stop_leader.set()
         leader.join(30)

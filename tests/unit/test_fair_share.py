@@ -115,6 +115,22 @@ def test_weights_three_to_one():
     assert abs(got["a"] / 7000 - 0.75) < 0.01
 
 
+def test_weights_hold_when_the_room_changes_from_take_to_take():
+    """The broker's room varies (a burst of ends, then one at a time): shares still follow
+    the weights; a visit cut short at a large take does not carry its credit over."""
+    queue = FairQueue()
+    _fill(queue, "a", 100_000)
+    _fill(queue, "b", 100_000)
+    got = {"a": 0, "b": 0}
+    for n in range(2000):
+        room = 20 if n % 10 == 0 else 1
+        for tenant, count in shares(
+            queue.take(room, lambda t: UNLIMITED, lambda t: {"a": 3, "b": 1}[t])
+        ).items():
+            got[tenant] += count
+    assert abs(got["a"] / (got["a"] + got["b"]) - 0.75) < 0.02, got
+
+
 def test_within_a_tenant_higher_priority_then_oldest_due_goes_first():
     queue = FairQueue()
     queue.push("a", "low-old", priority="low", due=1)

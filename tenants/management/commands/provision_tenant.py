@@ -6,7 +6,10 @@ from tenants.services import ProvisioningError, tenant_provision
 
 
 class Command(BaseCommand):
-    help = "Create a tenant: its schema, domain, an admin user and one API token (printed once)."
+    help = (
+        "Create a tenant: its schema, domain, an admin user, one API token and the webhook "
+        "signing secret (both printed once)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("slug")
@@ -38,10 +41,13 @@ class Command(BaseCommand):
             "admin_user": result.admin_user,
             "admin_password": result.admin_password,
             "token": result.token.plain,
+            "signing_secret": result.signing_secret,
         }
         if opts["json"]:
             self.stdout.write(json.dumps(info))
             return
         for key, value in info.items():
             self.stdout.write(f"{key:15} {value}")
-        self.stdout.write("The token is shown only this once; store it now.")
+        self.stdout.write(
+            "The token and the signing secret are shown only this once; store them now."
+        )

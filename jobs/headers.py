@@ -15,6 +15,7 @@ As shown (API, portal, audit log): plain values as they are, a secret one as
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,10 @@ from core.webhook_signing import SIGNATURE_HEADERS
 FIELD = "target.headers"
 SHOWN_SECRET = {"secret": True}
 LINE_BREAKS = "names and values must not contain line breaks"
+# RFC 9110: a field name is a token; a value is visible ASCII, spaces and tabs (httpx sends
+# ASCII only, and h11 refuses control characters: better said at save time than at 3 am).
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_VALUE = re.compile(r"^[\t\x20-\x7e]*$")
 
 
 class ErrorSink(Protocol):
@@ -112,8 +117,8 @@ def _check_name(errors: ErrorSink, name: Any) -> bool:
     if "\n" in name or "\r" in name:
         errors.add(FIELD, LINE_BREAKS)
         return False
-    if ":" in name:
-        errors.add(FIELD, f"{name}: a name must not contain a colon")
+    if not _TOKEN.match(name):
+        errors.add(FIELD, f"{name}: a name is letters, digits and !#$%&'*+-.^_`|~ only")
         return False
     if name.lower() in SIGNATURE_HEADERS:
         errors.add(FIELD, f"{name}: is set by the scheduler (the delivery's signature)")
@@ -141,6 +146,9 @@ def _clean_value(
         return None
     if "\n" in value or "\r" in value:
         errors.add(FIELD, LINE_BREAKS)
+        return None
+    if not _VALUE.match(value):
+        errors.add(FIELD, f"{name}: a value is printable ASCII (no control characters)")
         return None
     if not wants_secret:
         return value, value

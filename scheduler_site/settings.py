@@ -274,6 +274,11 @@ SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, min
 SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
 )
+# How long a rotated-out signing secret keeps signing beside the new one (by default; a
+# rotation may name its own overlap).
+SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS = env_int(
+    "SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS", 86400, minimum=0
+)
 
 # --- REST API (issue 5) ---------------------------------------------------------------------
 SCHEDULER_API_MAX_BODY_BYTES = env_int("SCHEDULER_API_MAX_BODY_BYTES", 1_048_576, minimum=1024)

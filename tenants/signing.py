@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from core.encryption import Keyring, keyring
+from core.encryption import Keyring, UnsealError, keyring
 from core.webhook_signing import generate_secret
 
 from .models import Tenant
@@ -172,3 +172,50 @@ class SigningKeyCache:
 
 
 SIGNING_KEYS = SigningKeyCache()
+
+
+class UnopenableSigningSecret(Exception):
+    """A tenant's stored signing secret that no configured key opens."""
+
+
+def signing_secrets_reseal(*, ring: Keyring, batch_size: int = 500) -> tuple[int, int]:
+    """Re-encrypt every tenant's signing secrets with the newest key, in batches of locked
+    rows; returns (values re-encrypted, tenants already current). Idempotent."""
+    resealed = current = 0
+    last_id = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                Tenant.objects.select_for_update()
+                .filter(id__gt=last_id)
+                .exclude(signing_secret="")
+                .order_by("id")[:batch_size]
+            )
+            for tenant in rows:
+                changed = _reseal_tenant(tenant, ring)
+                resealed += changed
+                if not changed:
+                    current += 1
+        if len(rows) < batch_size:
+            return resealed, current
+        last_id = rows[-1].id
+
+
+def _reseal_tenant(tenant: Tenant, ring: Keyring) -> int:
+    updates = {}
+    for field in ("signing_secret", "signing_secret_previous"):
+        token = getattr(tenant, field)
+        if not token or ring.is_current(token):
+            continue
+        try:
+            updates[field] = ring.reseal(token)
+        except UnsealError:
+            raise UnopenableSigningSecret(
+                f"tenant {tenant.slug}: its {field.replace('_', ' ')} is sealed with a key that "
+                "is not in TICKWORK_SECRET_KEYS (keep the old key in the list until "
+                "rotate_secrets has run)"
+            ) from None
+    if updates:
+        # The version stays: the secrets in clear are the same, workers' caches still hold.
+        Tenant.objects.filter(pk=tenant.pk).update(**updates)
+    return len(updates)

@@ -47,6 +47,9 @@ class Receiver:
                 self.send_response(receiver.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                if receiver.echo and self.headers.get("Authorization"):
+                    # httpcore logs response headers at DEBUG: a log line to redact.
+                    self.send_header("X-Echo-Authorization", self.headers["Authorization"])
                 self.end_headers()
                 self.wfile.write(payload)
 

@@ -336,6 +336,8 @@ def test_a_secret_header_value_is_in_clear_only_on_the_wire(live, redis_client, 
         assert [where for where, text in texts.items() if form in text] == []
     assert _database_rows_containing(_forms(secret), [alpha.schema, "public"]) == []
     assert any("HTTP Request" in r.getMessage() for r in caplog.records)  # logs were read
+    # The receiver also echoed it in a response header, which httpcore logs at DEBUG.
+    assert "X-Echo-Authorization', b'[redacted]'" in caplog.text
 
 
 @ALLOW_LOCAL

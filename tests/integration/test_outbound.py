@@ -459,3 +459,18 @@ def test_rotate_secrets_without_the_key_a_value_needs_exits_non_zero_with_one_li
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert "is not in TICKWORK_SECRET_KEYS" in line or "no key in TICKWORK_SECRET_KEYS" in line
+
+
+@ALLOW_LOCAL
+def test_the_schedulers_headers_replace_a_job_header_of_the_same_name_in_any_case(
+    live, redis_client, receiver
+):
+    alpha = live["alpha"].tenant
+    clock = now_clock()
+    headers = {"idempotency-key": "mine", "X-SCHEDULER-ATTEMPT": "9", "X-Team": "blue"}
+    run = deliver(alpha, clock, http_job(alpha, clock, receiver.url("/hook"), headers=headers))
+    [request] = receiver.requests
+    sent = [(k.lower(), v) for k, v in request.headers.items()]
+    assert [v for k, v in sent if k == "idempotency-key"] == [str(run.id)]
+    assert [v for k, v in sent if k == "x-scheduler-attempt"] == ["1"]
+    assert ("x-team", "blue") in sent

@@ -13,6 +13,7 @@ becomes secret.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 from zoneinfo import available_timezones
@@ -357,7 +358,7 @@ def initial_from_job(job: Job) -> dict[str, Any]:
     }
 
 
-def _header_lines(text: str | None):
+def _header_lines(text: str | None) -> Iterator[tuple[int, str, str]]:
     """(line number, name, value) of each `Name: value` line."""
     for number, line in enumerate((text or "").splitlines(), 1):
         if not line.strip():

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--seconds", type=float, default=60.0)
     many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
+    sub.add_parser("outbound", help="µs per delivery signature, secret header opening, redaction")
     pages = sub.add_parser("portal-pages", help="portal jobs list and job history server time")
     pages.add_argument("--jobs", type=int, default=100_000)
     pages.add_argument("--runs", type=int, default=1_000_000)
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         fire_lag,
         leader_cost,
         many_tenants,
+        outbound,
         portal_pages,
         schedule_math,
         throughput,
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         result = leader_cost.run(sizes, args.due, args.tenants, args.repeats, profile=args.profile)
     elif args.bench == "schedule-math":
         result = schedule_math.run()
+    elif args.bench == "outbound":
+        result = outbound.run()
     elif args.bench == "concurrency":
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
     elif args.bench == "throughput":

@@ -11,6 +11,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core.encryption import SecretKeyError, check_key, derived_dev_key
+
 from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -22,6 +24,21 @@ if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY is the development key: set SECRET_KEY for production, or DEBUG=1 to develop"
     )
+# Secrets at rest (secret header values, tenants' signing secrets) are Fernet tokens under
+# these keys, newest first (core/encryption.py; rotation: docs/operations.md).
+TICKWORK_SECRET_KEYS = env_list("TICKWORK_SECRET_KEYS", [])
+if not TICKWORK_SECRET_KEYS:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "TICKWORK_SECRET_KEYS is not set: give one or more Fernet keys, newest first, "
+            "comma-separated (or DEBUG=1 to develop with a key derived from SECRET_KEY)"
+        )
+    TICKWORK_SECRET_KEYS = [derived_dev_key(SECRET_KEY)]
+for _position, _key in enumerate(TICKWORK_SECRET_KEYS, 1):
+    try:
+        check_key(_key, _position)
+    except SecretKeyError as _exc:
+        raise ImproperlyConfigured(str(_exc)) from None
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", ".localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -272,6 +289,11 @@ SCHEDULER_DAG_MAX_DEPTH = env_int("SCHEDULER_DAG_MAX_DEPTH", 1000, minimum=1)
 SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
+)
+# How long a rotated-out signing secret keeps signing beside the new one (by default; a
+# rotation may name its own overlap).
+SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS = env_int(
+    "SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS", 86400, minimum=0
 )
 
 # --- REST API (issue 5) ---------------------------------------------------------------------

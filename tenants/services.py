@@ -5,15 +5,17 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 from django_tenants.utils import schema_context
 
 from .models import Domain, Tenant
 from .signals import tenant_resumed
+from .signing import signing_secret_rotate
 from .tokens import IssuedToken, token_issue
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
@@ -32,6 +34,7 @@ class ProvisionedTenant:
     admin_user: str
     admin_password: str
     token: IssuedToken
+    signing_secret: str = ""  # the Standard Webhooks secret, shown once (tenants/signing.py)
 
 
 def schema_name_for(slug: str) -> str:
@@ -120,12 +123,14 @@ def tenant_provision(
                 username=admin_user, password=password, is_staff=True, is_superuser=True
             )
         issued = token_issue(tenant=tenant, name="provisioning")
+        signing = signing_secret_rotate(tenant=tenant, now=timezone.now(), overlap=timedelta(0))
     return ProvisionedTenant(
         tenant=tenant,
         domain=domain,
         admin_user=admin_user,
         admin_password=password,
         token=issued,
+        signing_secret=signing.secret,
     )
 
 

@@ -24,6 +24,10 @@ PURE_MODULES = (
     "runs.slot_changes",
     "runs.dag_progress",
     "core.clock",
+    "core.encryption",
+    "core.webhook_signing",
+    "core.redaction",
+    "jobs.headers",
 )
 
 

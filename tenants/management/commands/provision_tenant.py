@@ -7,8 +7,9 @@ from tenants.services import ProvisioningError, tenant_provision, tenant_set_lim
 
 class Command(BaseCommand):
     help = (
-        "Create a tenant: its schema, domain, an admin user and one API token (printed once)."
-        " With --update, change an existing tenant's --weight and --max-concurrency instead."
+        "Create a tenant: its schema, domain, an admin user, one API token and the webhook "
+        "signing secret (both printed once). With --update, change an existing tenant's "
+        "--weight and --max-concurrency instead."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -64,10 +65,13 @@ class Command(BaseCommand):
             "admin_user": result.admin_user,
             "admin_password": result.admin_password,
             "token": result.token.plain,
+            "signing_secret": result.signing_secret,
         }
         if opts["json"]:
             self.stdout.write(json.dumps(info))
             return
         for key, value in info.items():
             self.stdout.write(f"{key:15} {value}")
-        self.stdout.write("The token is shown only this once; store it now.")
+        self.stdout.write(
+            "The token and the signing secret are shown only this once; store them now."
+        )

@@ -238,3 +238,20 @@ def test_redis_emptied_during_a_flood_rebuilds_the_counts_and_admits_nothing_twi
     for tenant, count in ((alpha, 20), (beta, 2)):
         with schema_context(tenant.schema_name):
             assert Run.objects.filter(status=states.SUCCEEDED).count() == count
+
+
+def test_a_quota_raised_in_admin_takes_effect_without_a_restart(live, redis_client, limits):
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 5)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+    limits(alpha, max_concurrency=4)  # an operator's edit (admin, provision_tenant --update)
+    _cycle(engine, clock)
+    assert _take_messages(redis_client) == []  # read again every few seconds, not per fire
+    clock.advance(5)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 3

@@ -183,7 +183,6 @@ def run(count: int = 20_000, workers: int = 4, repeats: int = 1, timeout: float 
     settings.SCHEDULER_MIN_INTERVAL_SECONDS = 1  # B's job fires every second
     a, b = bench_tenants(2)
     Tenant.objects.filter(id__in=[a.id, b.id]).update(max_concurrency=1000, weight=1)
-    Path("bench/results").mkdir(parents=True, exist_ok=True)
     worker = start_worker("-c", str(workers), log=Path("bench/results/fair-share-worker.log"))
     result: dict = {"flood": count, "worker_processes": workers, "modes": {}}
     try:

@@ -258,6 +258,13 @@ SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS = env_float(
 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+if CELERY_BROKER_URL != REDIS_URL:
+    # The leader pushes pre-built messages onto REDIS_URL's lists (ADR 0003): workers
+    # listening on another broker would silently never see a run.
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL must be REDIS_URL (or unset): the scheduler publishes runs to the"
+        " Redis of REDIS_URL, and another broker (RabbitMQ, another Redis) is not supported yet"
+    )
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -93,3 +93,21 @@ def test_a_malformed_setting_names_the_variable():
     result = _django_setup({"DEBUG": "1", "SCHEDULER_SHARD_COUNT": "four"})
     assert result.returncode != 0
     assert "SCHEDULER_SHARD_COUNT='four': expected a whole number" in result.stderr
+
+
+def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
+    """Workers on another broker would never see a run the leader publishes: refused."""
+    env = dict(os.environ)
+    env.update(DEBUG="1", CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")

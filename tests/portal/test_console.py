@@ -134,6 +134,18 @@ def test_fleet_health_warns_without_a_leader(operator, live):
     assert "runs.high.0" in page and "Dead-letter queue per tenant" in page
 
 
+def test_fleet_health_shows_each_tenants_runs_in_flight_against_its_quota(operator, live):
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(slug="alpha").update(max_concurrency=3)
+    try:
+        page = operator.get("/admin/fleet/").content.decode()
+    finally:
+        Tenant.objects.filter(slug="alpha").update(max_concurrency=100)
+    assert "Admission per tenant" in page
+    assert "<td>alpha</td><td>0 / 3</td>" in page
+
+
 def test_drill_down_and_audited_bulk_pause(operator, live):
     alpha, beta = live["alpha"], live["beta"]
     job = make_job(alpha.tenant, CLOCK, name="alpha-nightly", schedule={"cron": "0 3 * * *"})

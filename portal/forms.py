@@ -41,6 +41,7 @@ FIELD_OF = {
     "retry.backoff_multiplier": "backoff_multiplier",
     "retry.backoff_max_seconds": "backoff_max_seconds",
     "retry.jitter": "retry_jitter",
+    "depends_on": "upstream_add",
     "non_field_errors": None,
 }
 
@@ -54,15 +55,35 @@ def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(v, v.replace("_", " ")) for v in values]
 
 
+class IdListField(forms.Field):
+    """Job ids posted as repeated values (the ticked upstreams)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        ids = []
+        for item in value or []:
+            item = str(item).strip()
+            if not item.isdigit() or int(item) >= 2**63:
+                raise forms.ValidationError(f"{item!r} is not a job id")
+            ids.append(int(item))
+        return ids
+
+
 class JobForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     schedule_type = forms.ChoiceField(
         label="Schedule",
-        choices=[("cron", "Cron expression"), ("interval", "Fixed interval"), ("none", "None")],
+        choices=[
+            ("cron", "Cron expression"),
+            ("interval", "Fixed interval"),
+            ("none", "None: runs after its upstreams (or on demand)"),
+        ],
         initial="cron",
         widget=forms.RadioSelect,
-        help_text="None: the job runs on demand or after its upstream jobs.",
+        help_text="A job with upstream jobs has no schedule of its own: it runs each time "
+        "they have all succeeded.",
     )
     cron = forms.CharField(
         label="Cron expression",
@@ -150,10 +171,13 @@ class JobForm(forms.Form):
     )
     misfire_grace_seconds = forms.IntegerField(label="Late by up to (s)", initial=60)
     jitter_seconds = forms.IntegerField(label="Random delay up to (s)", initial=0)
-    depends_on = forms.CharField(
-        label="Upstream jobs",
+    depends_on = IdListField(label="Upstream jobs", required=False)
+    upstream_add = forms.CharField(
+        label="Add upstream jobs",
         required=False,
-        help_text="Job ids or exact names, comma-separated: this job runs after them.",
+        max_length=2000,
+        help_text="Search by name and pick from the list, or type ids or exact names, "
+        "comma-separated.",
     )
 
     def __init__(self, *args: Any, job: Job | None = None, **kwargs: Any) -> None:
@@ -192,8 +216,8 @@ class JobForm(forms.Form):
             headers[name] = value
         return headers
 
-    def clean_depends_on(self) -> list[int]:
-        raw = self.cleaned_data.get("depends_on") or ""
+    def clean_upstream_add(self) -> list[int]:
+        raw = self.cleaned_data.get("upstream_add") or ""
         ids: list[int] = []
         for item in (part.strip() for part in raw.split(",")):
             if not item:
@@ -213,6 +237,27 @@ class JobForm(forms.Form):
                 )
             ids.append(found[0])
         return ids
+
+    def upstream_ids(self) -> list[int]:
+        """The ticked upstreams, then those typed, each once (call after is_valid())."""
+        both = [*(self.cleaned_data.get("depends_on") or []), *self.cleaned_data["upstream_add"]]
+        return list(dict.fromkeys(both))
+
+    def upstream_rows(self) -> list[dict[str, Any]]:
+        """The upstream list as the form shows it: every job once listed (ticked or not,
+        so that an untick survives an error), with its name."""
+        if self.is_bound:
+            shown = _digits(self.data.getlist("upstream_shown"))
+            ticked = set(_digits(self.data.getlist("depends_on")))
+            ids = list(dict.fromkeys([*shown, *ticked]))
+        else:
+            ids = list(self.initial.get("depends_on") or [])
+            ticked = set(ids)
+        names = dict(Job.objects.filter(id__in=ids).values_list("id", "name"))
+        return [
+            {"id": i, "name": names.get(i, f"job {i} (no such job)"), "checked": i in ticked}
+            for i in ids
+        ]
 
     def to_api(self) -> dict[str, Any]:
         """The API's JSON shape of what was typed (call after is_valid())."""
@@ -260,7 +305,7 @@ class JobForm(forms.Form):
             "jitter_seconds": data["jitter_seconds"],
             "dst_gap": data["dst_gap"],
             "dst_repeat": data["dst_repeat"],
-            "depends_on": data.get("depends_on") or [],
+            "depends_on": self.upstream_ids(),
         }
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
@@ -269,7 +314,7 @@ class JobForm(forms.Form):
             if field is not None and field not in self.fields:
                 field = None
             for message in messages:
-                self.add_error(field, message)
+                self.add_error(field, portal_wording(message))
 
 
 def initial_from_job(job: Job) -> dict[str, Any]:
@@ -304,5 +349,24 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "misfire_policy": job.misfire_policy,
         "misfire_grace_seconds": job.misfire_grace_seconds,
         "jitter_seconds": job.jitter_seconds,
-        "depends_on": ", ".join(map(str, upstream_ids)),
+        "depends_on": upstream_ids,
+        "upstream_add": "",
     }
+
+
+def _digits(values: list[str]) -> list[int]:
+    return [int(v) for v in values if v.isdigit() and int(v) < 2**63]
+
+
+def portal_wording(message: str, *, in_form: bool = True) -> str:
+    """A service error's API wording (`schedule: null`) said in the portal's words: on the
+    job form, or on a DAG page (which edits only the edges)."""
+    words = {
+        "(schedule: null)": "(choose Schedule “None: runs after its upstreams”)"
+        if in_form
+        else "(edit the job and choose Schedule “None: runs after its upstreams”)",
+        "(depends_on: [])": "(untick its upstream jobs)",
+    }
+    for api, portal in words.items():
+        message = message.replace(api, portal)
+    return message

@@ -260,7 +260,7 @@ def _form(**over) -> dict:
         "misfire_policy": "run_once",
         "misfire_grace_seconds": "60",
         "jitter_seconds": "0",
-        "depends_on": "",
+        "upstream_add": "",
     }
     data.update(over)
     return data
@@ -276,11 +276,11 @@ def test_create_edit_and_errors_next_to_their_fields(portal):
     assert 'value="0 9 * * MON-FRY"' in html  # nothing typed is lost
     assert "Europe/Berlin" in html
     # A job with upstreams runs when they succeed: the form says so next to the field.
-    scheduled = client.post("/jobs/new", _form(name="after-report", depends_on="nightly-report"))
+    scheduled = client.post("/jobs/new", _form(name="after-report", upstream_add="nightly-report"))
     assert scheduled.status_code == 400
     assert "a job with upstreams runs when they succeed" in scheduled.content.decode()
     downstream = client.post(
-        "/jobs/new", _form(name="after-report", schedule_type="none", depends_on="nightly-report")
+        "/jobs/new", _form(name="after-report", schedule_type="none", upstream_add="nightly-report")
     )
     assert downstream.status_code == 302
     with schema_context(alpha.schema):
@@ -511,20 +511,6 @@ def test_suspended_tenant_portal_says_so(portal):
         assert Client(HTTP_HOST=alpha.domain).get("/healthz").status_code == 200
     finally:
         tenant_resume(tenant=alpha.tenant)
-
-
-def test_dag_edges_through_the_ui(portal):
-    alpha = portal["alpha"]
-    client = login(alpha)
-    a = portal["active"]
-    b = make_job(alpha.tenant, CLOCK, name="b-job", schedule=None)
-    client.post(f"/jobs/{b.id}/dag", {"add": "nightly-report"})
-    page = client.get(f"/jobs/{b.id}/dag").content.decode()
-    assert page.count('class="edge"') == 1 and 'data-status="dead"' in page
-    cycle = client.post(f"/jobs/{a.id}/dag", {"add": str(b.id)}, follow=True).content.decode()
-    assert "would create a cycle" in cycle
-    client.post(f"/jobs/{b.id}/dag", {"remove": str(a.id)})
-    assert 'class="edge"' not in client.get(f"/jobs/{b.id}/dag").content.decode()
 
 
 def test_public_root_unknown_paths_and_tenant_admin(portal):

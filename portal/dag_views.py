@@ -31,6 +31,7 @@ from .common import back, job_or_404, portal_view, services_kwargs
 from .forms import portal_wording
 
 DAG_LIMIT = 80  # nodes drawn around a job (the nearest ones)
+DRAW_LIMIT = 200  # a DAG run with more jobs is listed, not drawn
 RECENT_DAG_RUNS = 10
 PICK_LIMIT = 10
 
@@ -298,9 +299,11 @@ def _dag_run_context(dag_run_id: Any) -> dict[str, Any]:
             }
         )
     root_name = next((n.name for n in detail.nodes if n.job_id == dag_run.root_job_id), "")
+    drawn = len(nodes) <= DRAW_LIMIT
     return {
         "dag_run": dag_run,
-        "dag": dag_layout(nodes, detail.edges),
+        "dag": dag_layout(nodes, detail.edges) if drawn else None,
+        "draw_limit": DRAW_LIMIT,
         "rows": rows,
         "root_name": root_name or f"job {dag_run.root_job_id}",
         "duration": _duration(dag_run.started_at, dag_run.finished_at),

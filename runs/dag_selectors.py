@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
+from operator import or_
 from typing import Any
 
 from django.db import connection
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from jobs.dag import component
 from jobs.models import Dependency, Job
@@ -153,7 +155,7 @@ def latest_dag_run_of(job_id: int) -> DagRun | None:
 
 # --- per job: the DAG runs that include it (the portal's graph colours and lists) ----------
 
-RUNNING_SCAN = 500  # running DAG runs read to find those that have not reached a job yet
+RUNNING_SCAN = 500  # running DAG runs read per graph, to find those not at a job yet
 
 _LATEST_DAG_RUN_SQL = """
 SELECT r.id FROM unnest(%s::bigint[]) AS j(id)
@@ -180,9 +182,13 @@ def _runs_in_dag_runs(job_ids: list[int], per_job: int) -> list[Run]:
 
 
 def _running_with(job_ids: set[int]) -> list[DagRun]:
-    """Running DAG runs whose snapshot holds one of the jobs (newest RUNNING_SCAN read)."""
-    running = DagRun.objects.filter(status=states.DAG_RUNNING).order_by("-started_at", "-id")
-    return [d for d in running[:RUNNING_SCAN] if job_ids.intersection(d.nodes)]
+    """Running DAG runs whose snapshot holds one of the jobs (jsonb containment, so only
+    those DAG runs' node lists are read), newest first, at most RUNNING_SCAN."""
+    if not job_ids:
+        return []
+    holds = reduce(or_, (Q(nodes__contains=[job_id]) for job_id in sorted(job_ids)))
+    running = DagRun.objects.filter(holds, status=states.DAG_RUNNING)
+    return list(running.order_by("-started_at", "-id")[:RUNNING_SCAN])
 
 
 def latest_dag_run_per_job(job_ids: list[int]) -> dict[int, JobInDagRun]:

@@ -277,6 +277,15 @@ def test_the_dag_run_page_shows_every_jobs_run_and_polls_until_it_ends(diamond):
     assert client.get("/dag-runs/not-a-uuid/").status_code == 404
 
 
+def test_a_dag_run_too_large_to_draw_is_listed(diamond, monkeypatch):
+    from portal import dag_views
+
+    monkeypatch.setattr(dag_views, "DRAW_LIMIT", 3)
+    page = login(diamond["alpha"]).get(f"/dag-runs/{diamond['dag_run'].id}/").content.decode()
+    assert "More than 3 jobs: too many to draw here" in page and "<svg" not in page
+    assert page.count('<tr data-job="') == 4
+
+
 def test_a_run_links_to_its_dag_run(diamond):
     alpha, j = diamond["alpha"], diamond["jobs"]
     client = login(alpha)

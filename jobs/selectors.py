@@ -101,15 +101,17 @@ def downstream_among(*, job_id: int, among: list[int]) -> set[int]:
 
 
 def job_search(*, q: str, exclude: set[int], limit: int = 10) -> list[Job]:
-    """Live jobs for a picker: the job with that id (`12` or `#12`), then names containing
-    `q` (prefix matches first); `exclude` left out. No trigram index: a name that matches
-    nothing reads the whole jobs table (docs/benchmarks.md)."""
+    """Live jobs for a picker: the job with that id (`12`; `#12` asks for the id alone),
+    then names containing `q` (prefix matches first); `exclude` left out. No trigram
+    index: a name that matches nothing reads the whole jobs table (docs/benchmarks.md)."""
     q = q.strip()
     live = Job.objects.filter(deleted_at__isnull=True).exclude(id__in=exclude).only("id", "name")
     found: list[Job] = []
     digits = q.removeprefix("#")
     if digits.isdigit() and int(digits) < 2**63:
         found = list(live.filter(id=int(digits)))
+        if q.startswith("#"):
+            return found
     if q:
         named = live.filter(name__icontains=q).exclude(id__in=[j.id for j in found])
         found += list(named.order_by("id")[: limit - len(found)])

@@ -10,6 +10,7 @@ replaced by KEEP, and a line still reading KEEP keeps the stored value.
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from functools import lru_cache
 from typing import Any
 from zoneinfo import available_timezones
@@ -17,7 +18,7 @@ from zoneinfo import available_timezones
 from django import forms
 
 from core.registry import task_names
-from jobs.models import Job
+from jobs.models import ExclusionCalendar, Job
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, RETRY_DEFAULTS
 
 KEEP = "(unchanged)"
@@ -29,6 +30,11 @@ FIELD_OF = {
     "schedule.timezone": "timezone",
     "schedule.interval_seconds": "interval_seconds",
     "schedule.start_at": "interval_seconds",
+    "schedule.at": "run_at",
+    "schedule.start": "start",
+    "schedule.end": "end",
+    "schedule.calendars": "calendars",
+    "schedule.specs": "more_crons",
     "target": "target_type",
     "target.type": "target_type",
     "target.url": "url",
@@ -78,6 +84,7 @@ class JobForm(forms.Form):
         choices=[
             ("cron", "Cron expression"),
             ("interval", "Fixed interval"),
+            ("at", "Once, at a date and time"),
             ("none", "None: runs after its upstreams (or on demand)"),
         ],
         initial="cron",
@@ -93,6 +100,13 @@ class JobForm(forms.Form):
         "for a stable spread value.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    more_crons = forms.CharField(
+        label="More cron expressions (optional)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "class": "mono"}),
+        help_text="One a line; the job fires on all of them together. Add `| Zone` for "
+        "another time zone, e.g. `0 12 * * 6 | Asia/Tokyo`.",
+    )
     timezone = forms.CharField(
         label="Time zone",
         initial="UTC",
@@ -100,6 +114,30 @@ class JobForm(forms.Form):
         widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off"}),
     )
     interval_seconds = forms.IntegerField(label="Every (seconds)", required=False, min_value=1)
+    run_at = forms.CharField(
+        label="Once, at (wall time in the time zone)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+    )
+    start = forms.CharField(
+        label="Not before (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="Optional: no run before this instant.",
+    )
+    end = forms.CharField(
+        label="Until (UTC, not included)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="Optional: no run from this instant on; then the job is completed.",
+    )
+    calendars = forms.MultipleChoiceField(
+        label="Skip the dates of these calendars",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="A run on one of their dates (in the job's zone) is recorded as skipped, "
+        "excluded. Calendars are made with the API (POST /api/v1/calendars).",
+    )
     dst_gap = forms.ChoiceField(
         label="When a time does not exist (clocks go forward)",
         choices=[("shift", "run at the next valid time"), ("skip", "skip that run")],
@@ -184,6 +222,8 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.job = job
         self.fields["task"].choices = [(name, name) for name in task_names()]
+        names = ExclusionCalendar.objects.values_list("name", flat=True)
+        self.fields["calendars"].choices = [(name, name) for name in names]
         assert set(dict(self.fields["concurrency_policy"].choices)) == set(CONCURRENCY)
         assert set(dict(self.fields["misfire_policy"].choices)) == set(MISFIRE)
 
@@ -262,18 +302,7 @@ class JobForm(forms.Form):
     def to_api(self) -> dict[str, Any]:
         """The API's JSON shape of what was typed (call after is_valid())."""
         data = self.cleaned_data
-        kind = data["schedule_type"]
-        if kind == "cron":
-            schedule: dict | None = {
-                "cron": data.get("cron") or "",
-                "timezone": data.get("timezone") or "UTC",
-            }
-        elif kind == "interval":
-            schedule = {"interval_seconds": data.get("interval_seconds")}
-            if self.job is not None and self.job.interval_seconds == data.get("interval_seconds"):
-                schedule["start_at"] = self.job.anchor_at.isoformat()  # keep the phase
-        else:
-            schedule = None
+        schedule = schedule_input(data, job=self.job)
         if data["target_type"] == "http":
             target = {
                 "type": "http",
@@ -310,6 +339,8 @@ class JobForm(forms.Form):
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
         for key, messages in errors.items():
+            key, prefix = spec_field(key)
+            messages = [prefix + m for m in messages]
             field = FIELD_OF.get(key, key)
             if field is not None and field not in self.fields:
                 field = None
@@ -327,8 +358,18 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "description": job.description,
         "schedule_type": job.schedule_kind,
         "cron": job.cron_expression,
+        "more_crons": "\n".join(
+            spec["cron"]
+            if spec["timezone"] == job.timezone
+            else f"{spec['cron']} | {spec['timezone']}"
+            for spec in job.extra_specs or []
+        ),
         "timezone": job.timezone,
         "interval_seconds": job.interval_seconds,
+        "run_at": job.run_at_wall,
+        "start": _utc_local(job.start_at),
+        "end": _utc_local(job.end_at),
+        "calendars": list(job.calendars.values_list("name", flat=True)) if job.pk else [],
         "dst_gap": job.dst_gap,
         "dst_repeat": job.dst_repeat,
         "target_type": job.target_type,
@@ -352,6 +393,72 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "depends_on": upstream_ids,
         "upstream_add": "",
     }
+
+
+def schedule_input(values: Any, *, job: Job | None) -> dict | None:
+    """The API's `schedule` of what the form says: from the cleaned form on a save, from
+    the raw query on the live preview (the same shape, so that the preview shows what the
+    save will do). `values` has .get(); `calendars` is a list."""
+    kind = values.get("schedule_type") or "cron"
+    zone = (values.get("timezone") or "").strip() or "UTC"
+    if kind == "none":
+        return None
+    if kind == "interval":
+        seconds = values.get("interval_seconds")
+        if isinstance(seconds, str):
+            seconds = int(seconds) if seconds.strip().isdigit() else seconds.strip()
+        schedule: dict = {"interval_seconds": seconds}
+        if job is not None and job.interval_seconds == seconds and job.anchor_at:
+            schedule["start_at"] = job.anchor_at.isoformat()  # keep the phase
+    elif kind == "at":
+        schedule = {"at": (values.get("run_at") or "").strip(), "timezone": zone}
+    else:
+        main, more = (values.get("cron") or "").strip(), _more_specs(values.get("more_crons"))
+        schedule = {"specs": [{"cron": main}, *more]} if more else {"cron": main}
+        schedule["timezone"] = zone
+    for key in ("start", "end"):
+        if (values.get(key) or "").strip():
+            schedule[key] = _as_instant(values.get(key).strip())
+    if values.get("calendars"):
+        schedule["calendars"] = list(values.get("calendars"))
+    return schedule
+
+
+def _more_specs(text: str | None) -> list[dict[str, str]]:
+    specs = []
+    for line in (text or "").splitlines():
+        expression, _, zone = line.partition("|")
+        if expression.strip():
+            spec = {"cron": expression.strip()}
+            if zone.strip():
+                spec["timezone"] = zone.strip()
+            specs.append(spec)
+    return specs
+
+
+def _as_instant(value: str) -> str:
+    """A `datetime-local` value (UTC) as an instant; anything else as typed, for the
+    service to refuse by its field."""
+    from .common import parse_instant
+
+    parsed = parse_instant(value)
+    return parsed.isoformat().replace("+00:00", "Z") if parsed else value
+
+
+def _utc_local(moment) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if moment else ""
+
+
+def spec_field(key: str) -> tuple[str, str]:
+    """`schedule.specs.N.cron` -> the field that shows it and a prefix: the first spec is
+    the cron expression, the others lines of "more cron expressions"."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[:2] == ["schedule", "specs"] and parts[2].isdigit():
+        n = int(parts[2])
+        if n == 0:
+            return ("schedule.timezone" if parts[-1] == "timezone" else "schedule.cron"), ""
+        return "schedule.specs", f"line {n}: "
+    return key, ""
 
 
 def _digits(values: list[str]) -> list[int]:

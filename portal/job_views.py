@@ -15,7 +15,8 @@ from django.views.decorators.http import require_POST
 
 from jobs import services as job_services
 from jobs.models import AuditEvent, Job
-from jobs.preview import PREVIEW_SEED, fire_times, schedule_preview
+from jobs.preview import PREVIEW_SEED, Preview, fire_times, schedule_preview
+from jobs.preview import preview as full_preview
 from jobs.schedule_fields import schedule_of
 from jobs.schedules import ScheduleError
 from jobs.validation import JobValidationError
@@ -36,7 +37,7 @@ from .common import (
     services_kwargs,
 )
 from .dag_views import dag_panel
-from .forms import JobForm, initial_from_job, time_zones
+from .forms import JobForm, initial_from_job, schedule_input, spec_field, time_zones
 from .throttle import trigger_allowed
 from .views import schedule_words
 
@@ -102,6 +103,9 @@ def schedule_preview_partial(request: HttpRequest) -> HttpResponse:
             Job.objects.filter(id=int(get["job"])).values_list("hash_seed", flat=True).first()
             or PREVIEW_SEED
         )
+    if kind != "none" and _needs_full_preview(get):
+        context.update(_full_preview(get, seed))
+        return render(request, "portal/_preview.html", context)
     try:
         if kind == "cron":
             preview = schedule_preview(
@@ -129,6 +133,61 @@ def schedule_preview_partial(request: HttpRequest) -> HttpResponse:
     except OverflowError:
         context["error"] = "no fire time before the year 9999"
     return render(request, "portal/_preview.html", context)
+
+
+PREVIEW_FIELDS = ("schedule_type", "cron", "more_crons", "timezone", "interval_seconds", "run_at")
+PREVIEW_WHERE = {
+    "schedule.cron": "",
+    "schedule.timezone": "time zone",
+    "schedule.interval_seconds": "interval",
+    "schedule.at": "once at",
+    "schedule.start": "not before",
+    "schedule.end": "until",
+    "schedule.calendars": "calendars",
+    "schedule.specs": "more cron expressions",
+    "dst_repeat": "DST",
+    "dst_gap": "DST",
+}
+
+
+def _needs_full_preview(get) -> bool:
+    """A one-off, several cron expressions, bounds or calendars: the preview of the whole
+    schedule (jobs.preview.preview, the API's POST /schedule/preview)."""
+    extras = any(get.get(k, "").strip() for k in ("more_crons", "start", "end"))
+    return get.get("schedule_type") == "at" or extras or bool(get.getlist("calendars"))
+
+
+def _full_preview(get, seed: str) -> dict:
+    values = {k: get.get(k, "") for k in (*PREVIEW_FIELDS, "start", "end")}
+    values["calendars"] = get.getlist("calendars")
+    gap = get.get("dst_gap") if get.get("dst_gap") in ("shift", "skip") else "shift"
+    repeat = (
+        get.get("dst_repeat") if get.get("dst_repeat") in ("first", "last", "both") else "first"
+    )
+    try:
+        result = full_preview(
+            schedule_input(values, job=None),
+            now=CLOCK.now(),
+            count=6,
+            dst_gap=gap,
+            dst_repeat=repeat,
+            seed=seed,
+        )
+    except JobValidationError as exc:
+        return {
+            "error": "; ".join(_preview_error(k, m) for k, ms in exc.errors.items() for m in ms)
+        }
+    except (ScheduleError, OverflowError) as exc:
+        return {"error": str(exc) or "no fire time before the year 9999"}
+    return {"preview": Preview(result["description"], result["timezone"], result["slots"])}
+
+
+def _preview_error(key: str, message: str) -> str:
+    key, prefix = spec_field(key)
+    where = PREVIEW_WHERE.get(key, key)
+    if prefix:
+        where = f"{where}, {prefix.rstrip(': ')}"
+    return f"{where + ': ' if where else ''}{message}"
 
 
 # --- the detail page ------------------------------------------------------------------------

@@ -180,8 +180,18 @@ def test_another_tenants_objects_are_404s_and_its_session_is_no_login(portal):
         f"/tokens/{portal['beta_token'].id}/revoke",
     ):
         assert client.post(url, {}).status_code == 404, url
+    backfill = {"start": "2030-01-01T00:00", "end": "2030-01-02T00:00"}
+    assert client.post(f"/jobs/{beta_job}/backfill", backfill).status_code == 404
+    # bulk forms with another tenant's ids act on nothing
+    bulk = client.post(
+        "/jobs/bulk", {"action": "pause", "job": [beta_job], "confirm": "yes"}, follow=True
+    )
+    assert "0 jobs paused." in bulk.content.decode() and "1 not paused" in bulk.content.decode()
+    dlq = client.post("/dlq/bulk", {"action": "discard", "run": [str(beta_run)]}, follow=True)
+    assert "0 runs discarded." in dlq.content.decode()
     with schema_context(portal["beta"].schema):
         assert Run.objects.get(id=beta_run).status == states.DEAD
+        assert not Job.objects.get(id=beta_job).paused
     # alpha's session cookie on beta's domain is no login there
     stolen = Client(HTTP_HOST=portal["beta"].domain)
     stolen.cookies = client.cookies

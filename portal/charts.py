@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
+from runs import states
+
 
 def percentile(values: list[float], p: float) -> float | None:
     """The nearest-rank percentile (p in 0-100)."""
@@ -124,23 +126,24 @@ class DagLayout:
         return [(status, LEGEND_WORDS.get(status, status)) for status in LEGEND if status in used]
 
 
-# Every colour class a node can have, in the legend's order (static/css/app.css colours them).
+# Every colour class a node can have, in the legend's order (static/css/app.css colours them):
+# the run statuses, and a job not reached yet, deleted, or in no DAG run.
 LEGEND = (
-    "succeeded",
-    "running",
-    "queued",
-    "scheduled",
-    "retrying",
+    states.SUCCEEDED,
+    states.RUNNING,
+    states.QUEUED,
+    states.SCHEDULED,
+    states.RETRYING,
     "waiting",
-    "dead",
-    "skipped",
-    "cancelled",
+    states.DEAD,
+    states.SKIPPED,
+    states.CANCELLED,
     "deleted",
     "none",
 )
 LEGEND_WORDS = {
     "waiting": "waiting for upstreams",
-    "dead": "dead (failed)",
+    states.DEAD: f"{states.DEAD} (failed)",
     "none": "in no DAG run yet",
 }
 

@@ -43,7 +43,7 @@ def run_colour(run: Run | None) -> tuple[str, str]:
     if run is None:
         return "waiting", "waiting for upstreams"
     if run.status == states.SKIPPED and run.skip_reason:
-        return "skipped", f"skipped: {run.skip_reason.replace('_', ' ')}"
+        return states.SKIPPED, f"{states.SKIPPED}: {run.skip_reason.replace('_', ' ')}"
     return run.status, run.status
 
 

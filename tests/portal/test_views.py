@@ -547,14 +547,26 @@ def test_overview_counts_and_quota(portal):
     assert str(uuid.UUID(str(portal["dead"].id))) in page
 
 
-def test_richer_schedules_round_trip_through_the_form(portal):
-    """Several cron expressions, a one-off, bounds and calendars: what the API can say the
-    form can say, and editing another field keeps them all."""
+@pytest.fixture
+def calendars(portal):
+    """Two exclusion calendars in alpha (calendars outlive the `live` truncation: removed
+    here)."""
     from jobs.models import ExclusionCalendar
 
+    with schema_context(portal["alpha"].schema):
+        ExclusionCalendar.objects.create(name="portal-holidays", dates=["2030-12-25"])
+        ExclusionCalendar.objects.create(
+            name="portal-all-2030", ranges=[["2030-01-01", "2030-12-31"]]
+        )
+    yield
+    with schema_context(portal["alpha"].schema):
+        ExclusionCalendar.objects.filter(name__startswith="portal-").delete()
+
+
+def test_richer_schedules_round_trip_through_the_form(portal, calendars):
+    """Several cron expressions, a one-off, bounds and calendars: what the API can say the
+    form can say, and editing another field keeps them all."""
     alpha = portal["alpha"]
-    with schema_context(alpha.schema):
-        ExclusionCalendar.objects.create(name="holidays", dates=["2030-12-25"])
     client = login(alpha)
     assert "Skip the dates of these calendars" in client.get("/jobs/new").content.decode()
     data = _form(
@@ -563,7 +575,7 @@ def test_richer_schedules_round_trip_through_the_form(portal):
         more_crons="0 12 * * 6 | Asia/Tokyo\n30 18 * * 0",
         start="2030-01-01T00:00",
         end="2031-01-01T00:00",
-        calendars=["holidays"],
+        calendars=["portal-holidays"],
     )
     assert client.post("/jobs/new", data).status_code == 302
     with schema_context(alpha.schema):
@@ -573,11 +585,11 @@ def test_richer_schedules_round_trip_through_the_form(portal):
             ("30 18 * * 0", "Europe/Berlin"),
         ]
         assert job.start_at.isoformat() == "2030-01-01T00:00:00+00:00"
-        assert list(job.calendars.values_list("name", flat=True)) == ["holidays"]
+        assert list(job.calendars.values_list("name", flat=True)) == ["portal-holidays"]
     form = client.get(f"/jobs/{job.id}/edit").content.decode()
     assert "0 12 * * 6 | Asia/Tokyo\n30 18 * * 0" in form
     assert 'value="2030-01-01T00:00:00"' in form
-    assert re.search(r'value="holidays"[^>]* checked', form)
+    assert re.search(r'value="portal-holidays"[^>]* checked', form)
     renamed = {**data, "name": "union-renamed"}
     assert client.post(f"/jobs/{job.id}/edit", renamed).status_code == 302
     with schema_context(alpha.schema):
@@ -612,18 +624,13 @@ def test_richer_schedules_round_trip_through_the_form(portal):
     assert 'value="2030-12-24T18:00:00"' in edit
 
 
-def test_the_preview_shows_the_whole_schedule(portal):
-    from jobs.models import ExclusionCalendar
-
-    alpha = portal["alpha"]
-    with schema_context(alpha.schema):
-        ExclusionCalendar.objects.create(name="all-2030", ranges=[["2030-01-01", "2030-12-31"]])
-    client = login(alpha)
+def test_the_preview_shows_the_whole_schedule(portal, calendars):
+    client = login(portal["alpha"])
     base = {"schedule_type": "cron", "cron": "0 9 * * *", "timezone": "UTC"}
     union = client.get("/jobs/preview", {**base, "more_crons": "0 21 * * *"}).content.decode()
     assert union.count("<li>") == 6 and "09:00:00" in union and "21:00:00" in union
     bounded = client.get(
-        "/jobs/preview", {**base, "start": "2030-01-01T00:00", "calendars": ["all-2030"]}
+        "/jobs/preview", {**base, "start": "2030-01-01T00:00", "calendars": ["portal-all-2030"]}
     ).content.decode()
     assert "Tue 2030-01-01 09:00:00" in bounded and "skipped: excluded" in bounded
     once = client.get(

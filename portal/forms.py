@@ -115,9 +115,10 @@ class JobForm(forms.Form):
     )
     interval_seconds = forms.IntegerField(label="Every (seconds)", required=False, min_value=1)
     run_at = forms.CharField(
-        label="Once, at (wall time in the time zone)",
+        label="Run once at (local date and time)",
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="For “Once”: a wall time in the job's zone.",
     )
     start = forms.CharField(
         label="Not before (UTC)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -27,6 +27,7 @@ from core.keys import faults_key, index_key
 from . import fire as fire_step
 from . import materialise as materialise_step
 from . import sweeps
+from .admission_control import AdmissionConfig, AdmissionControl
 from .faults import TenantFaults, isolated
 from .fenced import Cas, FencedRedis
 from .pending import Pending, PendingRuns
@@ -52,6 +53,7 @@ class EngineConfig:
     fire_lock_timeout_seconds: float = 0.1
     sweep_budget_seconds: float = 0.25  # per sweep per iteration
     rebuild_budget_seconds: float = 0.4  # per iteration while a rebuild runs
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
 
     @classmethod
     def from_settings(cls) -> EngineConfig:
@@ -67,6 +69,7 @@ class EngineConfig:
             fire_lock_timeout_seconds=settings.SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS,
             sweep_budget_seconds=lease / 8,
             rebuild_budget_seconds=lease / 5,
+            admission=AdmissionConfig.from_settings(),
         )
 
     @property
@@ -107,6 +110,17 @@ class Engine:
         self.reap_sweep = sweeps.TenantSweep("reap", config.reap_interval_seconds)
         self.dag_sweep = sweeps.TenantSweep("settle DAG runs", config.relay_interval_seconds)
         self.rebuild: IndexRebuild | None = None
+        self.admission = (
+            AdmissionControl(
+                client=client,
+                config=config.admission,
+                shard_count=config.shard_count,
+                faults=self.faults,
+            )
+            if config.admission.enabled
+            else None
+        )
+        self._admission_published = float("-inf")
 
     # --- the steps -------------------------------------------------------------------------
     def materialise(self) -> int:
@@ -270,6 +284,20 @@ class Engine:
 
     def publish_faults(self) -> None:
         self.faults.publish(self.client, faults_key(), ttl_seconds=60)
+
+    def read_ended(self) -> int:
+        """Attempts reported ended free their tenants' quota slots."""
+        return self.admission.read_ended() if self.admission is not None else 0
+
+    def publish_admission(self) -> None:
+        """Runs in flight and waiting per tenant, for scheduler_status (once a second)."""
+        now = time.time()
+        if self.admission is not None and now - self._admission_published >= 1.0:
+            self.admission.publish(now)
+            self._admission_published = now
+
+    def runs_waiting_for_admission(self) -> int:
+        return self.admission.waiting() if self.admission is not None else 0
 
     # --- timing ----------------------------------------------------------------------------
     def fire_is_due(self) -> bool:

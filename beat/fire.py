@@ -68,6 +68,12 @@ def fire(engine: Engine) -> FireStats:
     now = engine.clock.now()
     stats = FireStats()
     due = engine.runs.pop_due(now.timestamp())
+    if engine.admission is not None:  # what goes now, by quota, broker room and fair share
+        engine.admission.offer(due)
+        due, uncounted = engine.admission.choose(now.timestamp())
+        for entries in uncounted.values():
+            engine.defer_runs(entries)
+            stats.deferred += len(entries)
     for chunk in chunks(due, engine.config.fire_chunk, engine.config.fire_chunk_schemas):
         engine.checkpoint()
         _fire_chunk(engine, chunk, now, stats)
@@ -164,6 +170,8 @@ def _apply(
     engine: Engine, entries: list[Pending], result: Admitted, published_at: float, stats: FireStats
 ) -> None:
     stats.published += len(result.queued)
+    if engine.admission is not None:
+        engine.admission.admitted(result.queued)
     stats.lags.extend(published_at - e.due for e in result.queued)
     stats.skipped += result.skipped
     stats.cancelled += result.cancelled

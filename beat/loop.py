@@ -103,6 +103,7 @@ class SchedulerProcess:
         self.lease.renew()
         bounded_leader_session()
         self.ensure_index()
+        engine.read_ended()
         engine.fire()
         rebuilt = engine.rebuild_step()
         engine.finish_takeover_relay()
@@ -115,14 +116,20 @@ class SchedulerProcess:
         engine.reap()
         engine.settle_dag_runs()
         engine.publish_faults()
+        engine.publish_admission()
         self.iterations += 1
         busy = processed >= self.config.materialise_batch or engine.materialise_interrupted
         if busy or not rebuilt or engine.sweeps_running():
             return 0.0  # more work waits: go on after renewing
+        # Runs waiting for admission go as slots free up: an ended attempt wakes the
+        # leader, and it looks again at least every poll interval (a lost wake-up).
+        cap = self.max_sleep
+        if engine.runs_waiting_for_admission():
+            cap = min(cap, self.config.admission.poll_seconds)
         next_due = engine.next_due()
         if next_due is None:
-            return self.max_sleep
-        return max(0.0, min(self.max_sleep, next_due - self.clock.now().timestamp()))
+            return cap
+        return max(0.0, min(cap, next_due - self.clock.now().timestamp()))
 
     def wait(self, seconds: float) -> None:
         """Sleep until `seconds` pass or something wakes the leader."""

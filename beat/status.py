@@ -10,9 +10,17 @@ from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
 from core import index
-from core.keys import faults_key, index_built_key, index_key, leader_info_key, rebuild_state_key
+from core.keys import (
+    admission_stats_key,
+    faults_key,
+    index_built_key,
+    index_key,
+    leader_info_key,
+    rebuild_state_key,
+)
 from core.sql import table
 from runs.status_sql import STATUS
+from runs.usage import usage_of_tenants
 
 from .lease import current_epoch
 from .store import HELD_BY_PAUSE, SCHEDULABLE
@@ -82,6 +90,41 @@ def _overdue(now: datetime) -> dict:
     }
 
 
+def tenant_usage_rows(now: datetime) -> list[dict]:
+    """Per tenant: its quota and weight, runs in flight and waiting, the oldest wait, and
+    fire and start lag over the last five minutes (PostgreSQL's figures)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, slug, schema_name, max_concurrency, weight, suspended_at IS NOT NULL"
+            " FROM public.tenants_tenant WHERE schema_name <> 'public' ORDER BY slug"
+        )
+        tenants = cursor.fetchall()
+    usage = usage_of_tenants([(t[0], t[2]) for t in tenants], now)
+    rows = []
+    for tenant_id, slug, _schema, max_concurrency, weight, suspended in tenants:
+        row = {
+            "tenant": slug,
+            "max_concurrency": max_concurrency,
+            "weight": weight,
+            "suspended": suspended,
+        }
+        found = usage.get(tenant_id)
+        if found is None:
+            row["unreadable"] = True
+        else:
+            row.update(
+                in_flight=found.in_flight,
+                waiting=found.waiting,
+                oldest_wait_seconds=found.oldest_wait_seconds,
+                fire_lag_p50=found.fire_lag.p50,
+                fire_lag_p99=found.fire_lag.p99,
+                start_lag_p50=found.start_lag.p50,
+                start_lag_p99=found.start_lag.p99,
+            )
+        rows.append(row)
+    return rows
+
+
 def scheduler_status(client, now: datetime) -> dict:
     raw_leader = client.get(leader_info_key())
     lease = current_epoch()
@@ -90,6 +133,7 @@ def scheduler_status(client, now: datetime) -> dict:
     lags = [now.timestamp() - t.timestamp() for t in oldest if t is not None]
     faults = client.get(faults_key())
     rebuild = client.hgetall(rebuild_state_key())
+    admission = client.get(admission_stats_key())
     return {
         "leader": raw_leader.decode() if raw_leader else None,
         "epoch": lease[0] if lease else None,
@@ -104,4 +148,8 @@ def scheduler_status(client, now: datetime) -> dict:
         "oldest_unfired_lag_seconds": round(max(lags), 3) if lags else None,
         "failing_tenants": json.loads(faults) if faults else [],
         "unreadable_schemas": overdue["unreadable"],
+        # The leader's own view of admission: broker room, and per tenant id what it
+        # counts in flight and holds waiting (null when no leader published one lately).
+        "admission": json.loads(admission) if admission else None,
+        "tenants": tenant_usage_rows(now),
     }

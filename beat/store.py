@@ -18,6 +18,7 @@ from psycopg import sql
 from core.failpoints import freeze_in_fence
 from core.sql import pg_array, table
 from jobs.indexing import SCHEDULABLE
+from runs import status_sql
 from runs.status_sql import STATUS
 
 JOB_COLUMNS = (
@@ -53,9 +54,7 @@ JOB_COLUMNS = (
 # (from jobs/indexing.py, which writes the index for the same jobs).
 
 
-# A dependency run of a paused job: the leader holds it (neither runs nor skips it) until
-# the job is resumed, so that its DAG run waits (`runs.services.release_held_dependency_runs`).
-HELD_BY_PAUSE = "(j.paused AND r.trigger = 'dependency')"
+HELD_BY_PAUSE = status_sql.HELD_BY_PAUSE
 
 
 class FencingError(Exception):

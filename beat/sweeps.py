@@ -160,7 +160,7 @@ def _union(chunk: Tenants, query: Callable[[str], sql.Composable]) -> sql.Compos
     )
 
 
-def _rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]]:
+def rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]]:
     rows: dict[int, list[tuple]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(_union(chunk, query), params * len(chunk))
@@ -182,7 +182,7 @@ def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
             "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status IN {waiting} AND due_at <= %s)"
         ).format(runs=table(schema, "runs_run"), **STATUS)
 
-    waiting = _rows_by_tenant(chunk, any_waiting, [until])
+    waiting = rows_by_tenant(chunk, any_waiting, [until])
     flagged = [(t, s) for t, s in chunk if waiting.get(t, [(False,)])[0][0]]
     added: dict[str, int] = {}
     now = engine.clock.now()
@@ -233,7 +233,7 @@ def reconcile_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
 
     due = [
         (index.member(tenant_id, job_id), at)
-        for tenant_id, rows in _rows_by_tenant(chunk, query, [until, RECONCILE_LIMIT]).items()
+        for tenant_id, rows in rows_by_tenant(chunk, query, [until, RECONCILE_LIMIT]).items()
         for job_id, at in rows
     ]
     if not due:
@@ -264,7 +264,7 @@ def sync_chunk(engine: Engine, chunk: Tenants) -> int:
 
     schemas = dict(chunk)
     synced = 0
-    for tenant_id, rows in _rows_by_tenant(chunk, query, [SYNC_BATCH]).items():
+    for tenant_id, rows in rows_by_tenant(chunk, query, [SYNC_BATCH]).items():
         # Add or lower only: an unschedulable job keeps its entry until the leader reads
         # its row when the score comes due (see core/index.py).
         engine.writes.lower_jobs(
@@ -292,7 +292,7 @@ def reap_chunk(engine: Engine, chunk: Tenants) -> int:
         ).format(runs=table(schema, "runs_run"), **STATUS)
 
     schemas = dict(chunk)
-    found = _rows_by_tenant(chunk, query, [timeout, timeout, timeout])
+    found = rows_by_tenant(chunk, query, [timeout, timeout, timeout])
     count = 0
     for tenant_id, rows in found.items():
         if rows and rows[0][0]:
@@ -336,7 +336,7 @@ def dag_chunk(engine: Engine, chunk: Tenants) -> int:
     from any process at any time (runs/dags.py), so it is not fenced."""
     schemas = dict(chunk)
     settled = 0
-    for tenant_id, rows in _rows_by_tenant(chunk, to_settle_query, [DAG_SETTLE_BATCH]).items():
+    for tenant_id, rows in rows_by_tenant(chunk, to_settle_query, [DAG_SETTLE_BATCH]).items():
         for (dag_run_id,) in rows:
             engine.checkpoint()
             dag_settle(schema=schemas[tenant_id], dag_run_id=dag_run_id, now=engine.clock.now())

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--seconds", type=float, default=60.0)
     many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
+    sub.add_parser("outbound", help="µs per delivery signature, secret header opening, redaction")
     pages = sub.add_parser("portal-pages", help="portal jobs list and job history server time")
     pages.add_argument("--jobs", type=int, default=100_000)
     pages.add_argument("--runs", type=int, default=1_000_000)
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     dag = sub.add_parser("dag", help="DAG runs of 1,000 jobs: a fan-out and a chain")
     dag.add_argument("--size", type=int, default=1000)
     dag.add_argument("--repeats", type=int, default=3)
+    fair = sub.add_parser(
+        "fair-share", help="a 20,000-run flood of one tenant: another's start lag, fair vs FIFO"
+    )
+    fair.add_argument("--count", type=int, default=20_000)
+    fair.add_argument("--workers", type=int, default=4)
+    fair.add_argument("--repeats", type=int, default=1)
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -55,9 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import (
         concurrency,
         dag,
+        fair_share,
         fire_lag,
         leader_cost,
         many_tenants,
+        outbound,
         portal_pages,
         schedule_math,
         throughput,
@@ -68,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         result = leader_cost.run(sizes, args.due, args.tenants, args.repeats, profile=args.profile)
     elif args.bench == "schedule-math":
         result = schedule_math.run()
+    elif args.bench == "outbound":
+        result = outbound.run()
     elif args.bench == "concurrency":
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
     elif args.bench == "throughput":
@@ -76,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
     elif args.bench == "portal-pages":
         result = portal_pages.run(args.jobs, args.runs, args.repeats)
+    elif args.bench == "fair-share":
+        result = fair_share.run(args.count, args.workers, args.repeats)
     elif args.bench == "dag":
         result = dag.run(args.size, args.repeats)
     elif args.bench == "fire-lag":
@@ -88,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             "many_tenants": many_tenants.run(50, 10),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
             "dag": dag.run(30, repeats=1, timeout=120),
+            "fair_share": fair_share.run(300, workers=2, timeout=300),
         }
     if args.json:
         print(json.dumps(result, default=str))

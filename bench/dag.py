@@ -106,7 +106,6 @@ def run(size: int = 1000, repeats: int = 3, timeout: float = 600.0) -> dict:
     built = time.perf_counter()
     roots = {shape: build(tenant, shape, size) for shape in ("fan-out", "chain")}
     build_seconds = time.perf_counter() - built
-    Path("bench/results").mkdir(parents=True, exist_ok=True)
     worker = start_worker("-c", "2", log=Path("bench/results/dag-worker.log"))
     stop_leader, leader = _leader()
     result: dict = {"jobs_per_shape": size, "repeats": repeats, "create_s": build_seconds}

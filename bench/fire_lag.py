@@ -11,7 +11,14 @@ from beat.loop import SchedulerProcess
 from core.clock import SystemClock
 from core.redis import get_redis
 
-from .world import bench_tenants, copy_jobs, drop_bench_data, index_jobs, percentile
+from .world import (
+    UNBOUNDED_ADMISSION,
+    bench_tenants,
+    copy_jobs,
+    drop_bench_data,
+    index_jobs,
+    percentile,
+)
 
 
 def _timed(obj, name: str, totals: dict) -> None:
@@ -49,7 +56,7 @@ def run(
     process = SchedulerProcess(
         client=client,
         clock=SystemClock(),
-        config=EngineConfig(lookahead_seconds=lookahead),
+        config=EngineConfig(lookahead_seconds=lookahead, admission=UNBOUNDED_ADMISSION),
         lease_seconds=5,
     )
     assert process.try_lead()

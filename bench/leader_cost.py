@@ -23,7 +23,15 @@ from core.keys import index_key
 from core.redis import get_redis
 from core.sql import table
 
-from .world import bench_tenants, clear_runs, copy_jobs, drop_bench_data, index_jobs, job_count
+from .world import (
+    UNBOUNDED_ADMISSION,
+    bench_tenants,
+    clear_runs,
+    copy_jobs,
+    drop_bench_data,
+    index_jobs,
+    job_count,
+)
 
 X = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -68,7 +76,7 @@ def measure(size: int, tenants, due: int, repeats: int, profile: bool = False) -
             client=client,
             clock=clock,
             epoch=bump_epoch("bench"),
-            config=EngineConfig(lookahead_seconds=30),
+            config=EngineConfig(lookahead_seconds=30, admission=UNBOUNDED_ADMISSION),
             origin="bench",
         )
         started = time.perf_counter()

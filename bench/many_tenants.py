@@ -33,7 +33,7 @@ from core.sql import table
 from tenants.models import Tenant
 from tenants.services import tenant_provision
 
-from .world import copy_jobs, index_jobs, percentile
+from .world import UNBOUNDED_ADMISSION, copy_jobs, index_jobs, percentile
 
 SLUG = "bench-m-{:05d}"
 
@@ -189,7 +189,11 @@ def run(tenant_count: int = 2000, seconds: float = 60.0, keep: bool = False) -> 
             if cursor.fetchone()[0] == 0:
                 copy_jobs(tenant, 1, datetime.now(UTC), name="every-10s")
     setup = time.perf_counter() - started
-    base = replace(EngineConfig.from_settings(), visibility_timeout_seconds=60)
+    base = replace(
+        EngineConfig.from_settings(),
+        visibility_timeout_seconds=60,
+        admission=UNBOUNDED_ADMISSION,
+    )
     results = {"tenants": tenant_count, "setup_seconds": round(setup, 1), "modes": {}}
     for mode, config, checkpoints in (
         ("bounded", base, True),

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def start_worker(*args: str, log: Path, **env: str) -> subprocess.Popen:
     full_env = {**os.environ, **env}
+    log.parent.mkdir(parents=True, exist_ok=True)  # bench/results is not in git
     command = [
         sys.executable,
         "-m",

@@ -47,3 +47,26 @@ def leader_info_key() -> str:
 def wake_key() -> str:
     """List: services and workers push here to wake the leader early."""
     return _key("wake")
+
+
+def ended_key() -> str:
+    """List: `<tenant id>:<run id>:<attempt>` of attempts that stopped being in flight
+    (ended, cancelled), pushed by workers and services; the leader's admission control
+    reads it to free the tenant's quota slot (capped: a periodic recount covers the rest)."""
+    return _key("ended")
+
+
+def admission_waiting_key() -> str:
+    """Present while runs wait for admission: an ended attempt then also wakes the leader."""
+    return _key("admission", "waiting")
+
+
+def admission_stats_key() -> str:
+    """JSON: per tenant, runs in flight and waiting for admission (for scheduler_status)."""
+    return _key("admission", "stats")
+
+
+def workers_key() -> str:
+    """Sorted set: member `<host>:<pid>:<slots>` of each live worker, score = when its
+    registration expires (epoch s); the leader sums the slots into the broker watermark."""
+    return _key("workers")

@@ -4,12 +4,16 @@ The form checks only the shape of what was typed (a number is a number, the payl
 JSON); every rule about jobs lives in `jobs.validation` (called by `job_create` and
 `job_update`), and its errors come back onto the fields here (`add_service_errors`).
 Header values are write-only: an existing job's headers are shown with their values
-replaced by KEEP, and a line still reading KEEP keeps the stored value.
+replaced by KEEP, and a line still reading KEEP keeps the stored value. Secret headers
+(encrypted at rest, jobs/headers.py) have their own field: a KEEP line there keeps the
+sealed value without the portal ever reading it, and a plain header moved there with KEEP
+becomes secret.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC
 from functools import lru_cache
 from typing import Any
@@ -18,6 +22,7 @@ from zoneinfo import available_timezones
 from django import forms
 
 from core.registry import task_names
+from jobs.headers import is_secret, secret_names
 from jobs.models import ExclusionCalendar, Job
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, RETRY_DEFAULTS
 
@@ -39,7 +44,7 @@ FIELD_OF = {
     "target.type": "target_type",
     "target.url": "url",
     "target.method": "method",
-    "target.headers": "headers",
+    "target.headers": "headers",  # secret ones included: the message names the header
     "target.task": "task",
     "retry": "max_attempts",
     "retry.max_attempts": "max_attempts",
@@ -59,6 +64,18 @@ def time_zones() -> list[str]:
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(v, v.replace("_", " ")) for v in values]
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """`Name: value` lines shown back without their values (a form returned with an error
+    must not print a secret that was typed); KEEP lines stay as they are."""
+
+    def format_value(self, value: Any) -> str | None:
+        lines = []
+        for line in str(value or "").splitlines():
+            name, sep, typed = line.partition(":")
+            lines.append(line if not sep or typed.strip() == KEEP else f"{name.strip()}: ")
+        return "\n".join(lines) if value else None
 
 
 class IdListField(forms.Field):
@@ -169,6 +186,14 @@ class JobForm(forms.Form):
         help_text=f"One `Name: value` per line. Values are write-only: a stored value shows as "
         f"{KEEP}; leave that to keep it.",
     )
+    secret_headers = forms.CharField(
+        label="Secret headers",
+        required=False,
+        widget=WriteOnlyTextarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off"}),
+        help_text=f"Same format. Encrypted at rest, never shown again (type a value again "
+        f"if the form comes back with an error), redacted from run records and logs: for "
+        f"credentials such as Authorization. {KEEP} keeps a value.",
+    )
     payload = forms.CharField(
         label="Payload (JSON object)",
         required=False,
@@ -240,22 +265,46 @@ class JobForm(forms.Form):
             raise forms.ValidationError('must be a JSON object, like {"key": "value"}')
         return value
 
+    def _stored_headers(self) -> dict[str, Any]:
+        return (self.job.target or {}).get("headers") or {} if self.job else {}
+
     def clean_headers(self) -> dict[str, str]:
-        stored = (self.job.target or {}).get("headers") or {} if self.job else {}
+        stored = self._stored_headers()
         headers: dict[str, str] = {}
-        for number, line in enumerate((self.cleaned_data.get("headers") or "").splitlines(), 1):
-            if not line.strip():
-                continue
-            name, sep, value = line.partition(":")
-            if not sep or not name.strip():
-                raise forms.ValidationError(f"line {number}: write `Name: value`")
-            name, value = name.strip(), value.strip()
+        for number, name, value in _header_lines(self.cleaned_data.get("headers")):
             if value == KEEP:
                 if name not in stored:
                     raise forms.ValidationError(f"line {number}: {name} has no stored value")
+                if is_secret(stored[name]):
+                    raise forms.ValidationError(
+                        f"line {number}: {name} is secret: keep it under Secret headers, or "
+                        "type its value to make it plain"
+                    )
                 value = stored[name]
             headers[name] = value
         return headers
+
+    def clean_secret_headers(self) -> dict[str, dict]:
+        """In the API's shape: {"value": …, "secret": true}, or {"secret": true} to keep."""
+        stored = self._stored_headers()
+        headers: dict[str, dict] = {}
+        for number, name, value in _header_lines(self.cleaned_data.get("secret_headers")):
+            if value != KEEP:
+                headers[name] = {"value": value, "secret": True}
+            elif name not in stored:
+                raise forms.ValidationError(f"line {number}: {name} has no stored value")
+            elif is_secret(stored[name]):
+                headers[name] = {"secret": True}
+            else:  # a plain header moved here: it becomes secret
+                headers[name] = {"value": stored[name], "secret": True}
+        return headers
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        both = set(data.get("headers") or {}) & set(data.get("secret_headers") or {})
+        if both:
+            self.add_error("secret_headers", f"also under Headers: {', '.join(sorted(both))}")
+        return data
 
     def clean_upstream_add(self) -> list[int]:
         raw = self.cleaned_data.get("upstream_add") or ""
@@ -309,7 +358,7 @@ class JobForm(forms.Form):
                 "type": "http",
                 "url": data.get("url") or "",
                 "method": data["method"],
-                "headers": data.get("headers") or {},
+                "headers": {**(data.get("headers") or {}), **(data.get("secret_headers") or {})},
             }
         else:
             target = {"type": "task", "task": data.get("task") or ""}
@@ -377,7 +426,8 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "task": target.get("task", ""),
         "url": target.get("url", ""),
         "method": target.get("method", "POST"),
-        "headers": "\n".join(f"{name}: {KEEP}" for name in headers),
+        "headers": "\n".join(f"{name}: {KEEP}" for name in headers if not is_secret(headers[name])),
+        "secret_headers": "\n".join(f"{name}: {KEEP}" for name in secret_names(headers)),
         "payload": json.dumps(job.payload or {}, indent=2),
         "max_attempts": job.max_attempts,
         "backoff_seconds": job.backoff_seconds,
@@ -394,6 +444,17 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "depends_on": upstream_ids,
         "upstream_add": "",
     }
+
+
+def _header_lines(text: str | None) -> Iterator[tuple[int, str, str]]:
+    """(line number, name, value) of each `Name: value` line."""
+    for number, line in enumerate((text or "").splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            raise forms.ValidationError(f"line {number}: write `Name: value`")
+        yield number, name.strip(), value.strip()
 
 
 def schedule_input(values: Any, *, job: Job | None) -> dict | None:

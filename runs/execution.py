@@ -23,7 +23,8 @@ from django.db import InterfaceError, OperationalError, connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
-from core.clock import Clock
+from core.clock import Clock, SystemClock
+from core.redaction import redact, redacting
 from core.registry import RunContext, get_task, needs_tenant_schema
 from core.sql import table
 
@@ -34,7 +35,13 @@ from .notify import enqueue_retry_on_commit, notify_finished
 from .outcomes import Decision, Outcome, decide
 from .retry import RetryPolicy
 from .status_sql import STATUS
-from .targets.http_target import call_http_target, scheduler_headers
+from .targets.http_target import (
+    DeliveryNotReady,
+    PreparedDelivery,
+    call_http_target,
+    prepare_delivery,
+    scheduler_headers,
+)
 
 log = logging.getLogger("runs.execution")
 OUTPUT_LIMIT = 4096
@@ -57,6 +64,7 @@ class Claimed:
     trigger: str = ""
     dag_run: Any = None  # the DAG run the run belongs to (set at its first claim if a root)
     has_downstreams: bool = False  # of a run not yet in a DAG run: it starts one
+    signing_version: int | None = None  # the tenant's, to check the cached signing secrets
 
 
 # Claim and finish are one statement each, and neither waits for its WAL flush
@@ -80,7 +88,8 @@ SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payl
        j.concurrency_policy, c.trigger, c.dag_run,
        c.dag_run IS NULL AND EXISTS (
            SELECT 1 FROM {deps} d JOIN {jobs} dj ON dj.id = d.downstream_id
-           WHERE d.upstream_id = c.job_id AND dj.deleted_at IS NULL)
+           WHERE d.upstream_id = c.job_id AND dj.deleted_at IS NULL),
+       (SELECT t.signing_secret_version FROM {tenants} t WHERE t.schema_name = %(schema)s)
 FROM claimed c JOIN {jobs} j ON j.id = c.job_id
 """
 
@@ -92,10 +101,12 @@ def claim_run(
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         deps=table(schema, "jobs_dependency"),
+        tenants=table("public", "tenants_tenant"),
         **STATUS,
     )
+    params = {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt, "schema": schema}
     with connection.cursor() as cursor:
-        cursor.execute(query, {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt})
+        cursor.execute(query, params)
         row = cursor.fetchone()
     if row is None:
         return None
@@ -116,6 +127,7 @@ def claim_run(
         row[14],
         row[15],
         row[16],
+        row[17],
     )
 
 
@@ -192,19 +204,45 @@ def execute_task_target(claimed: Claimed, context: RunContext) -> Outcome:
     return Outcome(True, output=repr(result)[:OUTPUT_LIMIT])
 
 
-def execute_http_target(claimed: Claimed, context: RunContext) -> Outcome:
-    headers = scheduler_headers(
+def execute_http_target(claimed: Claimed, context: RunContext, clock: Clock) -> Outcome:
+    """Open the job's secret headers, sign, send; from opening the secrets to returning,
+    every log line and the text kept of the attempt have their values redacted."""
+    scheduler = scheduler_headers(
         run_id=str(claimed.run_id),
         job_id=claimed.job_id,
         scheduled_for=claimed.scheduled_for.astimezone(UTC).isoformat().replace("+00:00", "Z"),
         attempt=claimed.attempt,
     )
-    result = call_http_target(
-        target=claimed.target,
-        payload=claimed.payload,
-        timeout_seconds=claimed.timeout_seconds,
-        headers=headers,
-    )
+    try:
+        delivery = prepare_delivery(
+            schema=claimed.schema,
+            signing_version=claimed.signing_version,
+            stored_headers=claimed.target.get("headers"),
+            run_id=str(claimed.run_id),
+            clock=clock,
+        )
+    except DeliveryNotReady as exc:
+        log.error("run %s: %s", claimed.run_id, exc)
+        return Outcome(False, str(exc))  # not permanent: a worker with the key can run it
+    with redacting(delivery.secrets):
+        outcome = _send(claimed, delivery, scheduler)
+    return _redacted(outcome, delivery.secrets)
+
+
+def _send(claimed: Claimed, delivery: PreparedDelivery, scheduler: dict[str, str]) -> Outcome:
+    ours = {name.lower() for name in scheduler}
+    headers = {k: v for k, v in delivery.headers.items() if k.lower() not in ours}
+    try:
+        result = call_http_target(
+            target=claimed.target,
+            payload=claimed.payload,
+            timeout_seconds=claimed.timeout_seconds,
+            headers={**headers, **scheduler},
+            signer=delivery.signer,
+        )
+    except Exception as exc:  # logged and recorded here, while redaction is on
+        log.exception("run %s: the HTTP call failed: %s", claimed.run_id, exc.__class__.__name__)
+        return Outcome(False, f"{exc.__class__.__name__}: {exc}")
     if result.ok:
         return Outcome(True, output=result.body_excerpt)
     # A refused destination is a configuration problem: retrying cannot help.
@@ -213,13 +251,21 @@ def execute_http_target(claimed: Claimed, context: RunContext) -> Outcome:
     )
 
 
-def execute_target(claimed: Claimed, context: RunContext) -> Outcome:
+def _redacted(outcome: Outcome, secrets: tuple[str, ...]) -> Outcome:
+    if not secrets:
+        return outcome
+    return dataclasses.replace(
+        outcome, error=redact(outcome.error, secrets), output=redact(outcome.output, secrets)
+    )
+
+
+def execute_target(claimed: Claimed, context: RunContext, clock: Clock | None = None) -> Outcome:
     if claimed.job_deleted:
         return Outcome(False, "job deleted", permanent=True)
     if claimed.target_type == "task":
         return execute_task_target(claimed, context)
     if claimed.target_type == "http":
-        return execute_http_target(claimed, context)
+        return execute_http_target(claimed, context, clock or SystemClock())
     return Outcome(False, f"unsupported target type {claimed.target_type!r}", permanent=True)
 
 
@@ -288,7 +334,7 @@ def run_execute(
         return "duplicate"
     claimed, refused = _start_dag_run_if_root(claimed, clock)
     release_connection()
-    outcome = refused if refused is not None else _execute(claimed, heartbeats)
+    outcome = refused if refused is not None else _execute(claimed, heartbeats, clock)
     decision = finish_with_retries(claimed, outcome, clock)
     if decision is None:
         return "superseded"
@@ -298,7 +344,7 @@ def run_execute(
     return decision.status
 
 
-def _execute(claimed: Claimed, heartbeats: Heartbeats | None) -> Outcome:
+def _execute(claimed: Claimed, heartbeats: Heartbeats | None, clock: Clock) -> Outcome:
     schema, run_id, attempt = claimed.schema, claimed.run_id, claimed.attempt
     stop = heartbeats.track(schema, run_id, attempt) if heartbeats else threading.Event()
     context = RunContext(
@@ -310,7 +356,7 @@ def _execute(claimed: Claimed, heartbeats: Heartbeats | None) -> Outcome:
         stopped=stop,
     )
     try:
-        return execute_target(claimed, context)
+        return execute_target(claimed, context, clock)
     except Exception as exc:  # a bug of ours (or a time limit) must still end the attempt
         log.exception("run %s: %s", run_id, exc.__class__.__name__)
         return Outcome(False, f"{exc.__class__.__name__}: {exc}")

@@ -11,7 +11,7 @@ import redis
 from django.db import connection, transaction
 
 from core import index
-from core.keys import wake_key
+from core.keys import admission_waiting_key, ended_key, wake_key
 from core.redis import get_redis
 from jobs.indexing import best_effort
 
@@ -58,15 +58,53 @@ def enqueue_runs_on_commit(tenant_id: int, runs: list) -> None:
     transaction.on_commit(lambda: best_effort(push))
 
 
-def notify_run_ended(schema: str, job_id: int, concurrency_policy: str) -> None:
-    """An active run of a `queue`-policy job ended (finished, dead, cancelled): the leader
-    admits its held runs now. Best effort: if Redis does not answer, the leader's relay
-    admits held runs again within its sweep interval."""
-    if concurrency_policy == "queue":
-        tenant_id = tenant_id_for(schema)
-        with contextlib.suppress(redis.RedisError):
-            index.wake(get_redis(), f"release:{tenant_id}:{job_id}")
+# One round trip per ended attempt: record it for the leader's in-flight count (the list
+# capped, since with no leader reading it a recount replaces what it would have said),
+# wake the leader when runs wait for admission, and release a `queue` job's held runs.
+_ENDED_SCRIPT = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+local woken = 0
+if ARGV[3] ~= '' then
+    redis.call('RPUSH', KEYS[3], ARGV[3])
+    woken = 1
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('RPUSH', KEYS[3], 'admit')
+    woken = 1
+end
+return woken
+"""
+ENDED_LIST_CAP = 100_000
+
+
+def notify_run_ended(
+    schema: str, job_id: int, concurrency_policy: str, run_id: Any, attempt: int
+) -> None:
+    """An attempt stopped being in flight (finished, retrying, dead, cancelled): its
+    tenant's quota slot is free again, and a `queue`-policy job's held runs may go. Best
+    effort: if Redis does not answer, the leader's recount frees the slot and its relay
+    admits held runs again within their intervals."""
+    tenant_id = tenant_id_for(schema)
+    release = f"release:{tenant_id}:{job_id}" if concurrency_policy == "queue" else ""
+    with contextlib.suppress(redis.RedisError):
+        get_redis().eval(
+            _ENDED_SCRIPT,
+            3,
+            ended_key(),
+            admission_waiting_key(),
+            wake_key(),
+            f"{tenant_id}:{run_id}:{attempt}",
+            ENDED_LIST_CAP,
+            release,
+        )
 
 
 def notify_finished(claimed) -> None:
-    notify_run_ended(claimed.schema, claimed.job_id, claimed.concurrency_policy)
+    notify_run_ended(
+        claimed.schema,
+        claimed.job_id,
+        claimed.concurrency_policy,
+        claimed.run_id,
+        claimed.attempt,
+    )

@@ -81,8 +81,10 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
                 .values_list("concurrency_policy", flat=True)
                 .first()
             )
-            schema, job_id = tenant.schema_name, run.job_id
-            transaction.on_commit(lambda: notify_run_ended(schema, job_id, policy or ""))
+            schema, job_id, run_id, attempt = tenant.schema_name, run.job_id, run.id, run.attempt
+            transaction.on_commit(
+                lambda: notify_run_ended(schema, job_id, policy or "", run_id, attempt)
+            )
     return run
 
 

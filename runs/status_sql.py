@@ -25,3 +25,8 @@ STATUS: dict[str, sql.Composable] = {
     "replayable": one_of(states.REPLAYABLE),
     "finishable": one_of(states.FINISHABLE),
 }
+
+# A dependency run of a paused job (`r` the run, `j` its job): the leader holds it (neither
+# runs nor skips it) until the job is resumed, so that its DAG run waits
+# (`runs.services.release_held_dependency_runs`).
+HELD_BY_PAUSE = "(j.paused AND r.trigger = 'dependency')"

@@ -13,6 +13,7 @@ from django.db import connection
 
 from core.clock import SystemClock
 
+from . import worker_registry  # noqa: F401  (connects the worker_ready signal)
 from .execution import DatabaseUnavailable, run_execute
 from .heartbeat import Heartbeats
 

@@ -1,8 +1,9 @@
 """The Celery app: workers consume the run queues `runs.<priority>.<shard>`.
 
-The queue list is ordered high before normal before low and the Redis transport polls it
-in that order (`queue_order_strategy = priority`), so a worker started without `-Q` takes
-every run queue and always drains higher priorities first.
+The Redis transport polls the run queues high before normal before low, and the shards of
+one priority in turn (`scheduler_site/queue_order.py`), so a worker started without `-Q`
+takes every run queue, always drains higher priorities first, and lets no shard of a
+priority wait behind another that stays full.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _configure_queues() -> None:
     app.conf.task_queues = [Queue(name, routing_key=name) for name in names]
     app.conf.task_default_queue = names[len(names) // len(PRIORITIES)]  # runs.normal.0
     app.conf.broker_transport_options = {
-        "queue_order_strategy": "priority",
+        "queue_order_strategy": "scheduler_site.queue_order:PriorityThenRoundRobin",
         "visibility_timeout": settings.CELERY_BROKER_VISIBILITY_TIMEOUT,
     }
 

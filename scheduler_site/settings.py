@@ -11,6 +11,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from core.encryption import SecretKeyError, check_key, derived_dev_key
+
 from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -22,6 +24,21 @@ if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY is the development key: set SECRET_KEY for production, or DEBUG=1 to develop"
     )
+# Secrets at rest (secret header values, tenants' signing secrets) are Fernet tokens under
+# these keys, newest first (core/encryption.py; rotation: docs/operations.md).
+TICKWORK_SECRET_KEYS = env_list("TICKWORK_SECRET_KEYS", [])
+if not TICKWORK_SECRET_KEYS:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "TICKWORK_SECRET_KEYS is not set: give one or more Fernet keys, newest first, "
+            "comma-separated (or DEBUG=1 to develop with a key derived from SECRET_KEY)"
+        )
+    TICKWORK_SECRET_KEYS = [derived_dev_key(SECRET_KEY)]
+for _position, _key in enumerate(TICKWORK_SECRET_KEYS, 1):
+    try:
+        check_key(_key, _position)
+    except SecretKeyError as _exc:
+        raise ImproperlyConfigured(str(_exc)) from None
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", ".localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -209,6 +226,22 @@ SCHEDULER_DB_LOCK_TIMEOUT_SECONDS = env_float(
 SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS", 0.1, minimum=0.01
 )
+# Fair admission (ADR 0011): due runs wait in the leader's fair queue while their tenant is
+# at its max_concurrency or the broker holds BACKLOG_PER_SLOT messages per live worker slot
+# (at least BACKLOG_MIN); 0 turns it off (every due run is published at once, FIFO).
+SCHEDULER_FAIR_ADMISSION = env_bool("SCHEDULER_FAIR_ADMISSION", True)
+SCHEDULER_ADMISSION_BACKLOG_PER_SLOT = env_float(
+    "SCHEDULER_ADMISSION_BACKLOG_PER_SLOT", 2.0, minimum=0.1
+)
+SCHEDULER_ADMISSION_BACKLOG_MIN = env_int("SCHEDULER_ADMISSION_BACKLOG_MIN", 20, minimum=1)
+SCHEDULER_INFLIGHT_RECOUNT_SECONDS = env_float(
+    "SCHEDULER_INFLIGHT_RECOUNT_SECONDS", 5.0, minimum=0.1
+)
+# What a new tenant gets unless provision_tenant says otherwise.
+SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY = env_int(
+    "SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY", 100, minimum=1
+)
+SCHEDULER_TENANT_DEFAULT_WEIGHT = env_int("SCHEDULER_TENANT_DEFAULT_WEIGHT", 1, minimum=1)
 SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS", 10.0, minimum=0.5
 )
@@ -225,6 +258,13 @@ SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS = env_float(
 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+if CELERY_BROKER_URL != REDIS_URL:
+    # The leader pushes pre-built messages onto REDIS_URL's lists (ADR 0003): workers
+    # listening on another broker would silently never see a run.
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL must be REDIS_URL (or unset): the scheduler publishes runs to the"
+        " Redis of REDIS_URL, and another broker (RabbitMQ, another Redis) is not supported yet"
+    )
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -256,6 +296,11 @@ SCHEDULER_DAG_MAX_DEPTH = env_int("SCHEDULER_DAG_MAX_DEPTH", 1000, minimum=1)
 SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
+)
+# How long a rotated-out signing secret keeps signing beside the new one (by default; a
+# rotation may name its own overlap).
+SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS = env_int(
+    "SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS", 86400, minimum=0
 )
 
 # --- REST API (issue 5) ---------------------------------------------------------------------

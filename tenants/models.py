@@ -17,6 +17,15 @@ class Tenant(TenantMixin):
     # tenant's jobs, its API answers 403 and its portal a page saying so.
     suspended_at = models.DateTimeField(null=True, blank=True)
     suspended_reason = models.CharField(max_length=500, blank=True, default="")
+    # The Standard Webhooks signing secret of its HTTP deliveries (tenants/signing.py), a
+    # Fernet token under TICKWORK_SECRET_KEYS; during a rotation's overlap the previous one
+    # signs too, until `signing_secret_previous_expires_at`. The version moves at every
+    # change, so that workers know when their cached copy is stale.
+    signing_secret = models.TextField(blank=True, default="", db_default="")
+    signing_secret_created_at = models.DateTimeField(null=True, blank=True)
+    signing_secret_previous = models.TextField(blank=True, default="", db_default="")
+    signing_secret_previous_expires_at = models.DateTimeField(null=True, blank=True)
+    signing_secret_version = models.PositiveIntegerField(default=0, db_default=0)
 
     auto_create_schema = True
     auto_drop_schema = False

@@ -5,14 +5,17 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 from django_tenants.utils import schema_context
 
 from .models import Domain, Tenant
 from .signals import tenant_resumed
+from .signing import signing_secret_rotate
 from .tokens import IssuedToken, token_issue
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
@@ -31,6 +34,7 @@ class ProvisionedTenant:
     admin_user: str
     admin_password: str
     token: IssuedToken
+    signing_secret: str = ""  # the Standard Webhooks secret, shown once (tenants/signing.py)
 
 
 def schema_name_for(slug: str) -> str:
@@ -63,6 +67,32 @@ def _validate(slug: str, domain: str, admin_user: str) -> None:
         raise ProvisioningError("admin user name must be 1-150 characters")
 
 
+def _limits(weight: int | None, max_concurrency: int | None) -> tuple[int, int]:
+    """The fair-share weight and run quota, the settings' defaults where not given."""
+    weight = settings.SCHEDULER_TENANT_DEFAULT_WEIGHT if weight is None else weight
+    if max_concurrency is None:
+        max_concurrency = settings.SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY
+    if weight < 1 or max_concurrency < 1:
+        raise ProvisioningError("weight and max concurrency must be at least 1")
+    return weight, max_concurrency
+
+
+def tenant_set_limits(
+    *, slug: str, weight: int | None = None, max_concurrency: int | None = None
+) -> Tenant:
+    """Change a tenant's fair-share weight and run quota; the leader reads them again
+    within a few seconds (no restart)."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise ProvisioningError(f"no tenant {slug!r}")
+    tenant.weight, tenant.max_concurrency = _limits(
+        tenant.weight if weight is None else weight,
+        tenant.max_concurrency if max_concurrency is None else max_concurrency,
+    )
+    tenant.save(update_fields=["weight", "max_concurrency"])
+    return tenant
+
+
 def tenant_provision(
     *,
     slug: str,
@@ -70,13 +100,12 @@ def tenant_provision(
     name: str | None = None,
     admin_user: str = "admin",
     admin_password: str | None = None,
-    weight: int = 1,
-    max_concurrency: int = 100,
+    weight: int | None = None,
+    max_concurrency: int | None = None,
 ) -> ProvisionedTenant:
     domain = (domain or default_domain_for(slug)).lower()
     _validate(slug, domain, admin_user)
-    if weight < 1 or max_concurrency < 1:
-        raise ProvisioningError("weight and max concurrency must be at least 1")
+    weight, max_concurrency = _limits(weight, max_concurrency)
     password = admin_password or secrets.token_urlsafe(12)
     # Schema DDL is transactional in PostgreSQL: a failure anywhere leaves nothing behind.
     with transaction.atomic():
@@ -94,12 +123,14 @@ def tenant_provision(
                 username=admin_user, password=password, is_staff=True, is_superuser=True
             )
         issued = token_issue(tenant=tenant, name="provisioning")
+        signing = signing_secret_rotate(tenant=tenant, now=timezone.now(), overlap=timedelta(0))
     return ProvisionedTenant(
         tenant=tenant,
         domain=domain,
         admin_user=admin_user,
         admin_password=password,
         token=issued,
+        signing_secret=signing.secret,
     )
 
 

@@ -85,6 +85,11 @@ class HttpCall:
     timeout_seconds: float  # overall deadline for the whole call including redirects
     max_response_bytes: int  # read at most this much of any body
     max_redirects: int = 5
+    # Headers that depend on the exact body bytes of each hop (the Standard Webhooks
+    # signature): called with the body about to be sent (b"" for none), on every hop.
+    signer: Callable[[bytes], Mapping[str, str]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -175,6 +180,8 @@ def send(
 
     redirects = 0
     while True:
+        if call.signer is not None:
+            request = _signed(request, call.signer)
         try:
             destination = resolve_destination(request.url, allow=allow, resolver=resolve)
             reply = _exchange(
@@ -228,6 +235,12 @@ def _first_request(call: HttpCall) -> _Request:
     # We read raw bytes and cap them; a compressed body would escape the cap when decoded.
     headers["Accept-Encoding"] = "identity"
     return _Request(call.method, call.url, headers, content)
+
+
+def _signed(request: _Request, signer: Callable[[bytes], Mapping[str, str]]) -> _Request:
+    signature = signer(request.content or b"")
+    headers = {**_without(request.headers, {name.lower() for name in signature}), **signature}
+    return _Request(request.method, request.url, headers, request.content)
 
 
 def _has(headers: Mapping[str, str], name: str) -> bool:

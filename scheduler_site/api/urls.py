@@ -27,6 +27,8 @@ from scheduler_site.api.runs.views import (
 
 from .calendars import CalendarCollectionView, CalendarDetailView
 from .fields import BIGINT_MAX
+from .signing import SigningSecretRotateView, SigningSecretView
+from .usage import UsageView
 from .views import ApiNotFoundView, DocsView, SchemaView
 
 
@@ -77,6 +79,9 @@ endpoints = [
     path("schedule/preview", SchedulePreviewView.as_view(), name="schedule-preview"),
     path("calendars", CalendarCollectionView.as_view(), name="calendars"),
     path("calendars/<calendar_name:name>", CalendarDetailView.as_view(), name="calendar"),
+    path("usage", UsageView.as_view(), name="usage"),
+    path("signing-secret", SigningSecretView.as_view(), name="signing-secret"),
+    path("signing-secret/rotate", SigningSecretRotateView.as_view(), name="signing-secret-rotate"),
 ]
 
 urlpatterns = [

@@ -9,7 +9,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _django_setup(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"SECRET_KEY", "DEBUG", "TICKWORK_SECRET_KEYS"}
+    }
     env.update(env_overrides, DJANGO_SETTINGS_MODULE="scheduler_site.settings")
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
@@ -27,12 +31,83 @@ def test_production_refuses_the_development_secret_key():
     assert "SECRET_KEY is the development key" in result.stderr
 
 
+FERNET_KEY = "w5mZ1p9c4Yq0u8ZlWm3b8Kk6r7p5m2Hk4p0bH3nqL1A="
+
+
 def test_production_starts_with_a_real_secret_key():
-    result = _django_setup({"DEBUG": "0", "SECRET_KEY": "x" * 50})
+    keys = {"TICKWORK_SECRET_KEYS": FERNET_KEY}
+    result = _django_setup({"DEBUG": "0", "SECRET_KEY": "x" * 50, **keys})
     assert result.returncode == 0, result.stderr
+
+
+def test_production_refuses_to_start_without_secret_keys():
+    result = _django_setup({"DEBUG": "0", "SECRET_KEY": "x" * 50})
+    assert result.returncode != 0
+    assert "TICKWORK_SECRET_KEYS is not set" in result.stderr
+
+
+def test_a_bad_secret_key_is_named_by_position_and_never_printed():
+    bad = "not-a-fernet-key-but-a-password"
+    keys = {"TICKWORK_SECRET_KEYS": f"{FERNET_KEY},{bad}"}
+    result = _django_setup({"DEBUG": "0", "SECRET_KEY": "x" * 50, **keys})
+    assert result.returncode != 0
+    assert "TICKWORK_SECRET_KEYS entry 2 is not a Fernet key" in result.stderr
+    assert bad not in result.stderr
+
+
+def test_development_derives_a_key_from_secret_key():
+    code = "import django; django.setup(); from django.conf import settings; " + (
+        "print(settings.TICKWORK_SECRET_KEYS)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TICKWORK_SECRET_KEYS"}
+    env.update(DEBUG="1", SECRET_KEY="s" * 40, DJANGO_SETTINGS_MODULE="scheduler_site.settings")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    from core.encryption import derived_dev_key
+
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr([derived_dev_key("s" * 40)])
+
+
+def test_manage_py_reports_a_bad_setting_in_one_line():
+    env = {k: v for k, v in os.environ.items() if k not in {"TICKWORK_SECRET_KEYS", "DEBUG"}}
+    env.update(SECRET_KEY="x" * 50, DEBUG="0", TICKWORK_SECRET_KEYS="short")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "configuration error: TICKWORK_SECRET_KEYS entry 1 is not a Fernet key (32 bytes, "
+        "url-safe base64: make one with `python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'`)"
+    ]
 
 
 def test_a_malformed_setting_names_the_variable():
     result = _django_setup({"DEBUG": "1", "SCHEDULER_SHARD_COUNT": "four"})
     assert result.returncode != 0
     assert "SCHEDULER_SHARD_COUNT='four': expected a whole number" in result.stderr
+
+
+def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
+    """Workers on another broker would never see a run the leader publishes: refused."""
+    env = dict(os.environ)
+    env.update(DEBUG="1", CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")

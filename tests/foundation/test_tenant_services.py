@@ -53,3 +53,22 @@ def test_a_tenant_revokes_only_its_own_tokens(live):
     revoked = token_revoke_for_tenant(tenant=alpha.tenant, token_id=issued.token.pk)
     assert revoked.revoked_at is not None
     assert token_authenticate(issued.plain) is None
+
+
+def test_provisioning_issues_a_signing_secret_shown_once_and_an_operator_can_rotate_it(live):
+    import json as _json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from tenants.models import Tenant as _Tenant
+    from tenants.signing import signing_keys_load
+
+    alpha = live["alpha"].tenant
+    out = StringIO()
+    call_command("rotate_signing_secret", "alpha", "--overlap-seconds", "60", "--json", stdout=out)
+    info = _json.loads(out.getvalue())
+    keys = signing_keys_load(schema=alpha.schema_name, now=alpha.created_at)
+    assert info["signing_secret"] == keys.current and keys.previous is not None
+    assert info["version"] == _Tenant.objects.get(pk=alpha.pk).signing_secret_version
+    assert info["signing_secret"] not in _Tenant.objects.get(pk=alpha.pk).signing_secret

@@ -86,3 +86,20 @@ def test_provisioning_rejects_bad_input_with_one_line(alpha, args, message):
 def test_issue_token_for_unknown_tenant_says_what_to_do():
     with pytest.raises(CommandError, match="provision_tenant"):
         call_command("issue_token", "nobody")
+
+
+def test_provisioning_prints_the_signing_secret_the_workers_sign_with(alpha):
+    import json
+    from io import StringIO
+
+    from django.utils import timezone
+
+    from tenants.signing import signing_keys_load
+
+    connection.set_schema_to_public()  # a request of an earlier test left its tenant's
+    out = StringIO()
+    call_command("provision_tenant", "gamma", "--json", stdout=out)
+    secret = json.loads(out.getvalue())["signing_secret"]
+    assert secret.startswith("whsec_")
+    assert signing_keys_load(schema="t_gamma", now=timezone.now()).current == secret
+    assert secret not in Tenant.objects.get(slug="gamma").signing_secret

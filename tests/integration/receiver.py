@@ -1,4 +1,5 @@
-"""A local HTTP receiver for HTTP-target tests: records each request, answers `status`."""
+"""A local HTTP receiver for HTTP-target tests: records each request (its exact body bytes
+too, for signature checks), answers `status`, or with `echo` the request's headers."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ class Received:
     path: str
     headers: dict[str, str]
     json: object
+    body: bytes = b""
 
 
 class Receiver:
     def __init__(self) -> None:
         self.status = 200
+        self.echo = False  # answer with the request's headers, as some test endpoints do
         self.requests: list[Received] = []
         receiver = self
 
@@ -35,12 +38,18 @@ class Receiver:
                         self.path,
                         dict(self.headers.items()),
                         json.loads(body) if body else None,
+                        body,
                     )
                 )
                 payload = b'{"ok": true}'
+                if receiver.echo:
+                    payload = json.dumps({"headers": dict(self.headers.items())}).encode()
                 self.send_response(receiver.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                if receiver.echo and self.headers.get("Authorization"):
+                    # httpcore logs response headers at DEBUG: a log line to redact.
+                    self.send_header("X-Echo-Authorization", self.headers["Authorization"])
                 self.end_headers()
                 self.wfile.write(payload)
 

@@ -24,7 +24,19 @@ ENV = {
     "SCHEDULER_LEASE_SECONDS": "2",
     "SCHEDULER_LOOKAHEAD_SECONDS": "3",
     "SCHEDULER_RELAY_INTERVAL_SECONDS": "2",
+    # No worker drains the broker here: every fire must be there to be counted. Fair
+    # admission runs, with room for all (and the tenant's quota raised below).
+    "SCHEDULER_ADMISSION_BACKLOG_MIN": str(10**9),
 }
+
+
+@pytest.fixture(autouse=True)
+def _quota_out_of_the_way(live):
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(slug="alpha").update(max_concurrency=1_000_000)
+    yield
+    Tenant.objects.filter(slug="alpha").update(max_concurrency=100)
 
 
 def _leader(client) -> str | None:

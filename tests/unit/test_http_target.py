@@ -517,3 +517,26 @@ def test_refused_outcomes_are_quick(server):
     started = time.monotonic()
     send(make(server.url("/ok")), allow=())
     assert time.monotonic() - started < 0.5
+
+
+def test_every_hop_is_signed_over_the_body_it_carries(server):
+    """A 303 turns the POST into a bodiless GET: its signature must cover no body, or the
+    receiver's verification fails on the hop that reaches it."""
+    signed: list[bytes] = []
+
+    def signer(body: bytes) -> dict[str, str]:
+        signed.append(body)
+        return {"webhook-signature": f"v1,{len(signed)}:{body.decode()}"}
+
+    call = make(
+        server.url(redirect("/ok", 303)),
+        "POST",
+        json_body={"k": "v"},
+        headers={"Webhook-Signature": "forged"},
+        signer=signer,
+    )
+    assert send(call, allow=LOOPBACK).ok
+    first, second = server.requests
+    assert signed == [b'{"k":"v"}', b""]
+    assert first.headers["webhook-signature"] == 'v1,1:{"k":"v"}'
+    assert second.headers["webhook-signature"] == "v1,2:"

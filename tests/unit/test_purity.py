@@ -17,12 +17,17 @@ PURE_MODULES = (
     "jobs.dag",
     "beat.planning",
     "beat.admission",
+    "beat.fair_share",
     "runs.retry",
     "runs.outcomes",
     "runs.states",
     "runs.slot_changes",
     "runs.dag_progress",
     "core.clock",
+    "core.encryption",
+    "core.webhook_signing",
+    "core.redaction",
+    "jobs.headers",
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from jobs.headers import shown_headers
 from jobs.models import Job
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMPLE_FIELDS
 from runs import states
@@ -30,11 +31,39 @@ class JSONObjectField(serializers.JSONField):
     """A JSON object (the service checks the type and the size)."""
 
 
+SECRET_SHOWN_SCHEMA = {
+    "type": "object",
+    "properties": {"secret": {"type": "boolean", "enum": [True]}},
+    "required": ["secret"],
+    "additionalProperties": False,
+    "description": "A secret value: never shown.",
+}
+SECRET_GIVEN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "value": {"type": "string", "description": "Left out: keep the stored secret value."},
+        "secret": {"type": "boolean"},
+    },
+    "additionalProperties": False,
+    "description": "`secret: true` encrypts the value at rest and never shows it again.",
+}
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, SECRET_SHOWN_SCHEMA]})
+class HeaderValueField(serializers.JSONField):
+    """A header value as shown: the string, or {"secret": true} for a secret one."""
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, SECRET_GIVEN_SCHEMA]})
+class HeaderInputValueField(serializers.JSONField):
+    """A header value as given: a string, or {"value": "...", "secret": true}."""
+
+
 class HttpTargetSerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=["http"])
     url = serializers.CharField()
     method = serializers.ChoiceField(choices=HTTP_METHODS)
-    headers = serializers.DictField(child=serializers.CharField())
+    headers = serializers.DictField(child=HeaderValueField())
 
 
 class TaskTargetSerializer(serializers.Serializer):
@@ -65,7 +94,8 @@ def target_json(job: Job) -> dict[str, Any]:
             "type": "http",
             "url": target.get("url"),
             "method": target.get("method", "POST"),
-            "headers": target.get("headers") or {},
+            # A secret value shows as {"secret": true}: the API never returns it.
+            "headers": shown_headers(target.get("headers")),
         }
     return {"type": "task", "task": target.get("task")}
 
@@ -158,9 +188,11 @@ class HttpTargetInputSerializer(serializers.Serializer):
     )
     method = serializers.ChoiceField(choices=HTTP_METHODS, default="POST")
     headers = serializers.DictField(
-        child=serializers.CharField(),
+        child=HeaderInputValueField(),
         default=dict,
-        help_text="At most SCHEDULER_MAX_HEADERS_BYTES.",
+        help_text="At most SCHEDULER_MAX_HEADERS_BYTES. A value is a string, or "
+        '{"value": "…", "secret": true} for one encrypted at rest and never shown again; '
+        '{"secret": true} without a value keeps the stored secret value.',
     )
 
 

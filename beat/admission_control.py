@@ -1,0 +1,283 @@
+"""Fair admission: a due run goes to the broker only while its tenant is under its quota
+and the broker backlog is under the watermark; the rest wait here, in the leader's fair
+queue, and the choice of what goes next is made as late as possible (ADR 0011).
+
+- **Quota**: a tenant has at most `max_concurrency` runs in flight (queued or running).
+  The leader counts them exactly: each (run, attempt) it admits is added, each one a
+  worker or a service reports ended (`tw:ended`) is removed, and a tenant's set is
+  replaced by a recount from PostgreSQL when it first has runs waiting, and again while it
+  waits at its quota (every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS`). Only this leader moves
+  runs into flight, and workers only take them out, so the count is never below the truth:
+  a lost report (a worker killed after its finish, Redis flushed) can only hold a slot
+  until the next recount, never admit one run too many.
+- **Watermark**: the broker holds at most `SCHEDULER_ADMISSION_BACKLOG_PER_SLOT` messages
+  per live worker slot (workers register themselves, `runs/worker_registry.py`), and at
+  least `SCHEDULER_ADMISSION_BACKLOG_MIN`.
+- **Order**: deficit round robin over tenants by `weight`, high priority first within a
+  tenant, then oldest due (`beat/fair_share.py`).
+
+Waiting runs stay `scheduled` in PostgreSQL: a new leader relays them like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from psycopg import sql
+
+from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
+from core.sql import table
+from runs.status_sql import STATUS
+
+from .fair_share import FairQueue
+from .faults import TenantFaults, isolated, must_step_down
+from .messages import PRIORITIES
+from .pending import Pending
+
+log = logging.getLogger("beat.admission")
+
+RECOUNT_CHUNK = 50  # tenant schemas per recount statement
+ENDED_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    enabled: bool = True
+    backlog_per_slot: float = 2.0
+    backlog_min: int = 20
+    recount_seconds: float = 5.0
+    poll_seconds: float = 0.25
+    limits_refresh_seconds: float = 5.0
+
+    @classmethod
+    def from_settings(cls) -> AdmissionConfig:
+        from django.conf import settings
+
+        return cls(
+            enabled=settings.SCHEDULER_FAIR_ADMISSION,
+            backlog_per_slot=settings.SCHEDULER_ADMISSION_BACKLOG_PER_SLOT,
+            backlog_min=settings.SCHEDULER_ADMISSION_BACKLOG_MIN,
+            recount_seconds=settings.SCHEDULER_INFLIGHT_RECOUNT_SECONDS,
+        )
+
+
+@dataclass(frozen=True)
+class TenantLimits:
+    max_concurrency: int
+    weight: int
+
+
+_ACTIVE_SQL = "SELECT id::text, attempt FROM {runs} WHERE status IN {active}"
+
+
+class InFlight:
+    """Per tenant, the (run id, attempt) pairs admitted and not reported ended."""
+
+    def __init__(self) -> None:
+        self.attempts: dict[int, set[tuple[str, int]]] = defaultdict(set)
+        self.counted_at: dict[int, float] = {}
+
+    def count(self, tenant_id: int) -> int:
+        return len(self.attempts.get(tenant_id, ()))
+
+    def add(self, tenant_id: int, run_id, attempt: int) -> None:
+        self.attempts[tenant_id].add((str(run_id), int(attempt)))
+
+    def end(self, tenant_id: int, run_id: str, attempt: int) -> None:
+        pairs = self.attempts.get(tenant_id)
+        if pairs is not None:
+            pairs.discard((str(run_id), int(attempt)))
+
+    def replace(self, tenant_id: int, pairs: Iterable[tuple[str, int]], at: float) -> None:
+        self.attempts[tenant_id] = {(str(r), int(a)) for r, a in pairs}
+        self.counted_at[tenant_id] = at
+
+
+class AdmissionControl:
+    def __init__(
+        self, *, client, config: AdmissionConfig, shard_count: int, faults: TenantFaults
+    ) -> None:
+        self.client = client
+        self.faults = faults
+        self.config = config
+        self.queue = FairQueue()
+        self.in_flight = InFlight()
+        self.queue_names = [f"runs.{p}.{s}" for p in PRIORITIES for s in range(shard_count)]
+        self._limits: dict[int, TenantLimits] = {}
+        self._limits_at = float("-inf")
+        self._schemas: dict[int, str] = {}
+        self._flagged = False
+        self.last_room: int | None = None
+
+    # --- runs in ---------------------------------------------------------------------------
+    def offer(self, entries: Iterable[Pending]) -> None:
+        for entry in entries:
+            self._schemas[entry.tenant_id] = entry.schema
+            self.queue.push(entry.tenant_id, entry, priority=entry.priority, due=entry.due)
+
+    def admitted(self, entries: Iterable[Pending]) -> None:
+        for entry in entries:
+            self.in_flight.add(entry.tenant_id, entry.run_id, entry.attempt)
+
+    def read_ended(self) -> int:
+        """Attempts reported ended since the last read free their tenants' slots."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lrange(ended_key(), 0, ENDED_BATCH - 1)
+        pipe.ltrim(ended_key(), ENDED_BATCH, -1)
+        raw, _ = pipe.execute()
+        for item in raw:
+            try:
+                tenant, run_id, attempt = item.decode().split(":")
+                self.in_flight.end(int(tenant), run_id, int(attempt))
+            except ValueError:
+                log.warning("ignored a malformed ended entry %r", item)
+        return len(raw)
+
+    # --- runs out --------------------------------------------------------------------------
+    def choose(self, now: float) -> tuple[list[Pending], dict[int, list[Pending]]]:
+        """The waiting runs to admit now, oldest first (the fire chunks' order), and the
+        waiting runs of tenants that could not be counted (their data broken: they wait
+        for the tenant's back-off, as a failed admission's runs do)."""
+        if not len(self.queue):
+            self._flag(False)
+            return [], {}
+        self._refresh_limits(now)
+        self._recount(now)
+        uncounted = {
+            tenant_id: self.queue.remove(tenant_id, keep=lambda _entry: False)
+            for tenant_id in self.queue.tenants()
+            if tenant_id not in self.in_flight.counted_at
+        }
+        room = self._room(time.time())  # worker registrations are wall-clock times
+        self.last_room = room
+        taken = self.queue.take(
+            room,
+            self._free,
+            lambda t: self._limit(t).weight,
+        )
+        self._flag(bool(len(self.queue)))
+        chosen = [entry for _, entry in taken]
+        chosen.sort(key=lambda e: (e.due, e.seq))
+        return chosen, uncounted
+
+    def waiting(self) -> int:
+        return len(self.queue)
+
+    # --- the numbers -------------------------------------------------------------------------
+    def _room(self, now: float) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for name in self.queue_names:
+            pipe.llen(name)
+        pipe.zrangebyscore(workers_key(), now, "+inf")
+        *lengths, members = pipe.execute()
+        slots = 0
+        for member in members:
+            try:
+                slots += int(member.decode().rsplit(":", 1)[1])
+            except (ValueError, IndexError):
+                continue
+        watermark = max(self.config.backlog_min, int(slots * self.config.backlog_per_slot))
+        return max(watermark - sum(lengths), 0)
+
+    def _limit(self, tenant_id: int) -> TenantLimits:
+        return self._limits.get(tenant_id) or TenantLimits(1, 1)
+
+    def _free(self, tenant_id: int) -> int:
+        return self._limit(tenant_id).max_concurrency - self.in_flight.count(tenant_id)
+
+    def _refresh_limits(self, now: float) -> None:
+        """Quotas and weights as the operators set them (admin, provision_tenant), read
+        again every few seconds: an edit takes effect without a restart."""
+        missing = any(t not in self._limits for t in self.queue.tenants())
+        if not missing and now - self._limits_at < self.config.limits_refresh_seconds:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, max_concurrency, weight FROM public.tenants_tenant")
+            self._limits = {t: TenantLimits(m, w) for t, m, w in cursor.fetchall()}
+        self._limits_at = now
+
+    def _recount(self, now: float) -> None:
+        """Tenants with waiting runs whose count is unknown, or who wait at their quota with
+        a count older than the recount interval, are counted again from PostgreSQL."""
+        due = []
+        for tenant_id in self.queue.tenants():
+            counted = self.in_flight.counted_at.get(tenant_id)
+            at_quota = self.in_flight.count(tenant_id) >= self._limit(tenant_id).max_concurrency
+            if counted is None or (at_quota and now - counted >= self.config.recount_seconds):
+                due.append((tenant_id, self._schemas[tenant_id]))
+        for start in range(0, len(due), RECOUNT_CHUNK):
+            chunk = due[start : start + RECOUNT_CHUNK]
+            try:
+                with transaction.atomic():
+                    rows = recount(chunk)
+            except Exception as exc:
+                if must_step_down(exc):
+                    raise
+                self._recount_one_by_one(chunk, now)  # find the tenant whose data is broken
+                continue
+            for tenant_id, _schema in chunk:
+                self.in_flight.replace(tenant_id, rows.get(tenant_id, []), now)
+
+    def _recount_one_by_one(self, chunk: list[tuple[int, str]], now: float) -> None:
+        """A tenant that cannot be counted (its schema broken) is reported and admits
+        nothing until it can; the others are counted on their own."""
+        for tenant_id, schema in chunk:
+            ran, rows = isolated(
+                self.faults, tenant_id, schema, lambda c=[(tenant_id, schema)]: recount(c)
+            )
+            if ran:
+                self.in_flight.replace(tenant_id, rows.get(tenant_id, []), now)
+
+    def _flag(self, waiting: bool) -> None:
+        """Workers wake the leader at each ended attempt only while runs wait."""
+        if waiting:
+            self.client.set(admission_waiting_key(), "1", ex=60)
+        elif self._flagged:
+            self.client.delete(admission_waiting_key())
+        self._flagged = waiting
+
+    def stats(self, now: float) -> dict[int, dict]:
+        tenants = set(self.queue.tenants()) | {t for t, s in self.in_flight.attempts.items() if s}
+        out = {}
+        for tenant_id in sorted(tenants):
+            oldest = self.queue.oldest_due(tenant_id)
+            limits = self._limit(tenant_id)
+            out[tenant_id] = {
+                "in_flight": self.in_flight.count(tenant_id),
+                "max_concurrency": limits.max_concurrency,
+                "weight": limits.weight,
+                "waiting": self.queue.waiting(tenant_id),
+                "oldest_wait_seconds": round(max(now - oldest, 0.0), 3) if oldest else 0.0,
+            }
+        return out
+
+    def publish(self, now: float, ttl_seconds: int = 60) -> None:
+        body = {
+            "at": now,
+            "room": self.last_room,
+            "tenants": {str(t): v for t, v in self.stats(now).items()},
+        }
+        self.client.set(admission_stats_key(), json.dumps(body), ex=ttl_seconds)
+
+
+def recount(chunk: list[tuple[int, str]]) -> dict[int, list[tuple[str, int]]]:
+    """(run id, attempt) of every queued or running run of each tenant, in one statement."""
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {tenant}::bigint, q.* FROM ({q}) q)").format(
+            tenant=sql.Literal(tenant_id),
+            q=sql.SQL(_ACTIVE_SQL).format(runs=table(schema, "runs_run"), **STATUS),
+        )
+        for tenant_id, schema in chunk
+    )
+    out: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        for tenant_id, run_id, attempt in cursor.fetchall():
+            out[tenant_id].append((run_id, attempt))
+    return out

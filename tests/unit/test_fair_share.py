@@ -1,0 +1,160 @@
+"""Deficit round robin over tenants (beat/fair_share.py): shares follow weights over any
+sequence of arrivals, no tenant with waiting runs starves, no burst credit, quotas hold,
+and within a tenant higher priority then older due goes first."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beat.fair_share import FairQueue, shares
+
+UNLIMITED = 10**9
+
+
+def _fill(queue: FairQueue, tenant, count: int, *, priority="normal", start=0.0) -> None:
+    for n in range(count):
+        queue.push(tenant, (tenant, n), priority=priority, due=start + n)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 6), min_size=2, max_size=5),
+    budgets=st.lists(st.integers(1, 40), min_size=30, max_size=80),
+    arrivals=st.data(),
+)
+def test_backlogged_tenants_share_admissions_by_weight(weights, budgets, arrivals):
+    """Arrivals come in any pattern, but every tenant keeps runs waiting: each one's share
+    of what was taken is its share of the weights, within one take's worth."""
+    queue = FairQueue()
+    tenants = list(range(len(weights)))
+    for tenant in tenants:
+        _fill(queue, tenant, max(budgets) + 1)
+    got: dict[int, int] = dict.fromkeys(tenants, 0)
+    for budget in budgets:
+        for tenant in tenants:  # arrivals of any size, never letting a queue run dry
+            extra = arrivals.draw(st.integers(0, 50))
+            _fill(queue, tenant, extra + max(0, budget + 1 - queue.waiting(tenant)))
+        taken = queue.take(budget, lambda t: UNLIMITED, lambda t: weights[t])
+        assert len(taken) == budget
+        for tenant, count in shares(taken).items():
+            got[tenant] += count
+    total, weight_sum = sum(got.values()), sum(weights)
+    for tenant in tenants:
+        expected = total * weights[tenant] / weight_sum
+        assert abs(got[tenant] - expected) <= 2 * max(budgets) + max(weights), (got, weights)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 6), min_size=2, max_size=6),
+    arrivals=st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=20),
+)
+def test_no_tenant_with_waiting_runs_starves(weights, arrivals):
+    """One run taken at a time: a tenant with waiting runs is served within one round of
+    the others' weights, whatever arrives meanwhile."""
+    queue = FairQueue()
+    tenants = list(range(len(weights)))
+    waited: dict[int, int] = dict.fromkeys(tenants, 0)
+    bound = sum(weights)
+    for step in arrivals:
+        for tenant in tenants:
+            _fill(queue, tenant, step[tenant])
+        taken = queue.take(1, lambda t: UNLIMITED, lambda t: weights[t])
+        served = {t for t, _ in taken}
+        for tenant in tenants:
+            if tenant in served or not queue.waiting(tenant):
+                waited[tenant] = 0
+            else:
+                waited[tenant] += 1
+            assert waited[tenant] <= bound, (tenant, waited, weights)
+
+
+def test_an_idle_tenant_gets_no_more_than_one_quantum_on_return():
+    queue = FairQueue()
+    _fill(queue, "a", 10_000)
+    for _ in range(200):  # b is idle for a long time while a is served
+        queue.take(4, lambda t: UNLIMITED, lambda t: 1)
+    _fill(queue, "b", 10_000)
+    first = shares(queue.take(100, lambda t: UNLIMITED, lambda t: {"a": 1, "b": 1}[t]))
+    assert first["b"] <= 50 + 1  # its fair half of the take, and no catch-up
+
+
+def test_a_tenant_at_its_quota_earns_no_credit_meanwhile():
+    queue = FairQueue()
+    _fill(queue, "a", 10_000)
+    _fill(queue, "b", 10_000)
+    free = {"a": UNLIMITED, "b": 0}
+    for _ in range(100):
+        taken = queue.take(3, lambda t: free[t], lambda t: 1)
+        assert {t for t, _ in taken} == {"a"}
+    free["b"] = UNLIMITED
+    after = shares(queue.take(10, lambda t: free[t], lambda t: 1))
+    assert after == {"a": 5, "b": 5}
+
+
+def test_no_tenant_gets_more_than_its_free_slots():
+    queue = FairQueue()
+    _fill(queue, "a", 50)
+    _fill(queue, "b", 50)
+    taken = shares(queue.take(None, lambda t: {"a": 2, "b": 7}[t], lambda t: 1))
+    assert taken == {"a": 2, "b": 7}
+    assert queue.waiting("a") == 48
+
+
+def test_weights_three_to_one():
+    queue = FairQueue()
+    _fill(queue, "a", 100_000)
+    _fill(queue, "b", 100_000)
+    got = {"a": 0, "b": 0}
+    for _ in range(1000):
+        for tenant, count in shares(
+            queue.take(7, lambda t: UNLIMITED, lambda t: {"a": 3, "b": 1}[t])
+        ).items():
+            got[tenant] += count
+    assert abs(got["a"] / 7000 - 0.75) < 0.01
+
+
+def test_weights_hold_when_the_room_changes_from_take_to_take():
+    """The broker's room varies (a burst of ends, then one at a time): shares still follow
+    the weights; a visit cut short at a large take does not carry its credit over."""
+    queue = FairQueue()
+    _fill(queue, "a", 100_000)
+    _fill(queue, "b", 100_000)
+    got = {"a": 0, "b": 0}
+    for n in range(2000):
+        room = 20 if n % 10 == 0 else 1
+        for tenant, count in shares(
+            queue.take(room, lambda t: UNLIMITED, lambda t: {"a": 3, "b": 1}[t])
+        ).items():
+            got[tenant] += count
+    assert abs(got["a"] / (got["a"] + got["b"]) - 0.75) < 0.02, got
+
+
+def test_within_a_tenant_higher_priority_then_oldest_due_goes_first():
+    queue = FairQueue()
+    queue.push("a", "low-old", priority="low", due=1)
+    queue.push("a", "normal-new", priority="normal", due=9)
+    queue.push("a", "high-newest", priority="high", due=10)
+    queue.push("a", "normal-old", priority="normal", due=2)
+    taken = [item for _, item in queue.take(None, lambda t: UNLIMITED, lambda t: 1)]
+    assert taken == ["high-newest", "normal-old", "normal-new", "low-old"]
+
+
+def test_a_flood_of_low_priority_runs_delays_neither_high_ones_nor_other_tenants():
+    queue = FairQueue()
+    _fill(queue, "flood", 10_000, priority="low")
+    queue.push("flood", "urgent", priority="high", due=99_999)
+    queue.push("quiet", "tick", priority="normal", due=99_999)
+    taken = [item for _, item in queue.take(2, lambda t: UNLIMITED, lambda t: 1)]
+    assert sorted(taken) == ["tick", "urgent"]
+
+
+def test_remove_and_drain():
+    queue = FairQueue()
+    _fill(queue, "a", 5)
+    dropped = queue.remove("a", keep=lambda item: item[1] % 2 == 0)
+    assert dropped == [("a", 1), ("a", 3)]
+    assert queue.waiting("a") == 3
+    assert sorted(queue.drain()) == [("a", 0), ("a", 2), ("a", 4)]
+    assert len(queue) == 0 and queue.tenants() == []

@@ -1,8 +1,11 @@
 """Server time and weight of the portal's heaviest pages in one big tenant: the jobs list
-(first page, a deep keyset page, a name search, a last-result filter) and a job's page with
-its run history (first page, a deep cursor, a status filter), with `jobs` jobs and `runs`
-runs bulk-loaded by COPY. Requests go through Django's test client in this process, so the
-time is the server's (routing, middleware, queries, templates), without a network."""
+(first page, a deep keyset page, a name search, a last-result filter), a job's page with
+its run history (first page, a deep cursor, a status filter), the upstream picker (a name
+matching a few jobs, a name matching none, an id) and a diamond DAG's pages (a job's page
+and DAG page with its recent DAG runs, a DAG run's page), with `jobs` jobs and `runs` runs
+bulk-loaded by COPY and DAG_RUNS DAG runs of the diamond. Requests go through Django's
+test client in this process, so the time is the server's (routing, middleware, queries,
+templates), without a network."""
 
 from __future__ import annotations
 
@@ -117,6 +120,51 @@ def _ensure_world(tenant: Tenant, jobs: int, runs: int) -> dict:
     return {"job_ids": ids, **load}
 
 
+DAG_RUNS = 50
+
+
+def _ensure_dag(tenant: Tenant) -> dict[str, object]:
+    """The diamond bench-dag-a -> (b, c) -> d and DAG_RUNS finished DAG runs of it, made
+    through the services as a worker would settle them (tests/integration/test_dags.py)."""
+    from core.clock import SystemClock
+    from jobs.models import Job
+    from jobs.services import Actor, job_create
+    from runs import states
+    from runs.dags import dag_settle, dag_start
+    from runs.models import DagRun, Run
+    from runs.services import job_trigger
+
+    clock, actor = SystemClock(), Actor("bench")
+    with schema_context(tenant.schema_name):
+        jobs = {j.name: j for j in Job.objects.filter(name__startswith="bench-dag-")}
+        if len(jobs) < 4:
+            noop = {"type": "task", "task": "builtin.noop"}
+            for name, ups in (("a", []), ("b", ["a"]), ("c", ["a"]), ("d", ["b", "c"])):
+                data = {"name": f"bench-dag-{name}", "schedule": None, "target": noop}
+                data["depends_on"] = [jobs[f"bench-dag-{u}"].id for u in ups]
+                jobs[data["name"]] = job_create(tenant=tenant, actor=actor, data=data, clock=clock)
+        root = jobs["bench-dag-a"]
+        if not Run.objects.filter(job=root, dag_run__isnull=False).exists():
+            DagRun.objects.all().delete()  # their runs went with a reload of the runs
+        while DagRun.objects.count() < DAG_RUNS:
+            run, _ = job_trigger(tenant=tenant, actor=actor, job_id=root.id, clock=clock)
+            now = clock.now()
+            dag_run = dag_start(
+                schema=tenant.schema_name,
+                run_id=run.id,
+                job_id=root.id,
+                trigger="manual",
+                started_at=now,
+            )
+            for _ in range(3):  # a, then b and c, then d
+                Run.objects.filter(dag_run=dag_run).exclude(status=states.SUCCEEDED).update(
+                    status=states.SUCCEEDED, started_at=now, finished_at=now
+                )
+                dag_settle(schema=tenant.schema_name, dag_run_id=dag_run, now=now)
+        latest = DagRun.objects.order_by("-started_at").first()
+        return {"d": jobs["bench-dag-d"].id, "dag_run": latest.id}
+
+
 def _time(client: Client, host: str, url: str, repeats: int) -> dict:
     client.get(url, HTTP_HOST=host)  # warm
     times, size = [], 0
@@ -150,6 +198,8 @@ def run(jobs: int = 100_000, runs: int = 1_000_000, repeats: int = 30) -> dict:
     from portal.common import encode_cursor
 
     cursor = encode_cursor([deep.scheduled_for, str(deep.id)])
+    dag = _ensure_dag(tenant)
+    connection.set_schema_to_public()
     pages = {
         "jobs list, page 1": "/jobs/",
         "jobs list, deep page": f"/jobs/?after={ids[len(ids) // 2]}",
@@ -158,6 +208,12 @@ def run(jobs: int = 100_000, runs: int = 1_000_000, repeats: int = 30) -> dict:
         "job page with history, page 1": f"/jobs/{history}/",
         "job history, deep cursor": f"/jobs/{history}/?cursor={cursor}",
         "job history, status dead": f"/jobs/{history}/?status=dead",
+        "upstream picker, a few match": f"/jobs/pick?mode=edge&for={dag['d']}&add=bench-9999",
+        "upstream picker, none match": "/jobs/pick?mode=form&upstream_add=no-such-job",
+        "upstream picker, an id": f"/jobs/pick?mode=form&q=%23{ids[len(ids) // 3]}",
+        "diamond: a job's page": f"/jobs/{dag['d']}/",
+        "diamond: its DAG page": f"/jobs/{dag['d']}/dag",
+        "diamond: a DAG run's page": f"/dag-runs/{dag['dag_run']}/",
     }
     results = {name: _time(client, host, url, repeats) for name, url in pages.items()}
     connection.set_schema_to_public()
@@ -172,6 +228,6 @@ def run(jobs: int = 100_000, runs: int = 1_000_000, repeats: int = 30) -> dict:
     print(f"portal pages: {len(ids):,} jobs, {runs:,} runs ({runs // 20:,} of the history job)")
     for name, r in results.items():
         print(
-            f"  {name:32} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  {r['kib']:6.1f} KiB"
+            f"  {name:34} p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  {r['kib']:6.1f} KiB"
         )
     return figures

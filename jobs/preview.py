@@ -146,12 +146,14 @@ def preview(
     dst_gap: str = "shift",
     dst_repeat: str = "first",
     jitter_seconds: int = 0,
+    seed: str = PREVIEW_SEED,
 ) -> dict:
     """{"description", "timezone", "slots": [PreviewSlot]} for a schedule in the job input
-    shape; raises JobValidationError naming the bad field."""
+    shape; raises JobValidationError naming the bad field. `seed`: the job's own when
+    editing it (its `H` values and jitter)."""
     errors = Errors()
     parsed = validate_schedule(
-        errors, schedule, seed=PREVIEW_SEED, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
+        errors, schedule, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat, now=now
     )
     errors.raise_if_any()
     if parsed.fields.get("schedule_kind") == "none":
@@ -165,7 +167,7 @@ def preview(
         slot = next_slot_or_none(resolved, after)
         if slot is None:
             break
-        delay = jitter_seconds_for(PREVIEW_SEED, slot.at, jitter_seconds)
+        delay = jitter_seconds_for(seed, slot.at, jitter_seconds)
         local = (slot.at + timedelta(seconds=delay)).astimezone(zone)
         slots.append(PreviewSlot(local, dst_note(zone, local), slot.skip_reason))
         after = slot.at

@@ -45,3 +45,77 @@ def job_get(*, job_id: int, queryset: QuerySet[Job] | None = None) -> Job:
     if job is None:
         raise JobNotFound(job_id)
     return job
+
+
+# --- the graph around a job, read without loading the tenant's whole edge set -------------
+
+_COMPONENT_SQL = """
+WITH RECURSIVE near(id) AS (
+    SELECT %(job)s::bigint
+    UNION
+    SELECT CASE WHEN d.upstream_id = near.id THEN d.downstream_id ELSE d.upstream_id END
+    FROM jobs_dependency d JOIN near ON d.upstream_id = near.id OR d.downstream_id = near.id
+)
+SELECT id FROM near LIMIT %(limit)s
+"""
+
+_DESCENDANTS_SQL = """
+WITH RECURSIVE down(id) AS (
+    SELECT downstream_id FROM jobs_dependency WHERE upstream_id = %(job)s
+    UNION
+    SELECT d.downstream_id FROM jobs_dependency d JOIN down ON d.upstream_id = down.id
+)
+SELECT id FROM down WHERE id = ANY(%(among)s)
+"""
+
+
+def job_component(*, job_id: int, limit: int) -> tuple[set[int], list[tuple[int, int]], bool]:
+    """The jobs connected to `job_id` through dependencies either way, nearest first up to
+    `limit` (a recursive walk that stops there), the edges among them, and whether more
+    are connected. Deleting a job removes its edges, so every node is a live job."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(_COMPONENT_SQL, {"job": job_id, "limit": limit + 1})
+        ids = [row[0] for row in cursor.fetchall()]
+    truncated = len(ids) > limit
+    nodes = set(ids[:limit])
+    edges = sorted(
+        Dependency.objects.filter(upstream_id__in=nodes, downstream_id__in=nodes).values_list(
+            "upstream_id", "downstream_id"
+        )
+    )
+    return nodes, edges, truncated
+
+
+def downstream_among(*, job_id: int, among: list[int]) -> set[int]:
+    """Which of `among` are downstream of `job_id` (so an edge from them to it would close
+    a cycle): one recursive walk down from the job."""
+    from django.db import connection
+
+    if not among:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(_DESCENDANTS_SQL, {"job": job_id, "among": list(among)})
+        return {row[0] for row in cursor.fetchall()}
+
+
+def job_search(*, q: str, exclude: set[int], limit: int = 10) -> list[Job]:
+    """Live jobs for a picker: the job with that id (`12`; `#12` asks for the id alone),
+    then names containing `q` (prefix matches first); `exclude` left out. No trigram
+    index: a name that matches nothing reads the whole jobs table (docs/benchmarks.md)."""
+    q = q.strip()
+    live = Job.objects.filter(deleted_at__isnull=True).exclude(id__in=exclude).only("id", "name")
+    found: list[Job] = []
+    digits = q.removeprefix("#")
+    if digits.isdigit() and int(digits) < 2**63:
+        found = list(live.filter(id=int(digits)))
+        if q.startswith("#"):
+            return found
+    if q:
+        named = live.filter(name__icontains=q).exclude(id__in=[j.id for j in found])
+        found += list(named.order_by("id")[: limit - len(found)])
+    lowered = q.lower()
+    return sorted(
+        found, key=lambda j: (str(j.id) != digits, not j.name.lower().startswith(lowered))
+    )

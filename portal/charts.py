@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import ceil
 
+from runs import states
+
 
 def percentile(values: list[float], p: float) -> float | None:
     """The nearest-rank percentile (p in 0-100)."""
@@ -93,8 +95,10 @@ def duration_chart(runs: list, width: int = 640, height: int = 160) -> DurationC
 class Node:
     id: int
     name: str
-    status: str  # the colour: a run status, or "none"
-    status_label: str
+    status: str  # the colour class: a run status, "waiting" or "none"
+    status_label: str  # the status in words, drawn under the name (never colour alone)
+    href: str = ""
+    title: str = ""  # the tooltip: name, status and when
     x: float = 0
     y: float = 0
     focus: bool = False
@@ -114,6 +118,34 @@ class DagLayout:
     height: int
     nodes: list[Node] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
+
+    @property
+    def legend(self) -> list[tuple[str, str]]:
+        """(colour class, words) of the classes the graph uses, in LEGEND order."""
+        used = {node.status for node in self.nodes}
+        return [(status, LEGEND_WORDS.get(status, status)) for status in LEGEND if status in used]
+
+
+# Every colour class a node can have, in the legend's order (static/css/app.css colours them):
+# the run statuses, and a job not reached yet, deleted, or in no DAG run.
+LEGEND = (
+    states.SUCCEEDED,
+    states.RUNNING,
+    states.QUEUED,
+    states.SCHEDULED,
+    states.RETRYING,
+    "waiting",
+    states.DEAD,
+    states.SKIPPED,
+    states.CANCELLED,
+    "deleted",
+    "none",
+)
+LEGEND_WORDS = {
+    "waiting": "waiting for upstreams",
+    states.DEAD: f"{states.DEAD} (failed)",
+    "none": "in no DAG run yet",
+}
 
 
 NODE_W, NODE_H, GAP_X, GAP_Y = 170, 44, 60, 22

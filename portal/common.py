@@ -13,15 +13,29 @@ from uuid import UUID
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from core.clock import Clock, SystemClock
-from jobs.services import Actor
+from jobs import selectors as job_selectors
+from jobs.models import Job
+from jobs.services import Actor, JobNotFound
+from runs.selectors import with_last_run
 from tenants.members import is_tenant_admin
 
 CLOCK: Clock = SystemClock()
+
+
+def job_or_404(job_id: int) -> Job:
+    """A live job of this tenant with its upstreams and last run, or a 404 (another
+    tenant's id does not exist in this schema)."""
+    try:
+        return job_selectors.job_get(
+            job_id=job_id, queryset=with_last_run(Job.objects.all(), CLOCK.now())
+        )
+    except JobNotFound:
+        raise Http404("no such job") from None
 
 
 def actor_of(request: HttpRequest) -> Actor:

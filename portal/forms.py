@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC
 from functools import lru_cache
 from typing import Any
 from zoneinfo import available_timezones
@@ -22,7 +23,7 @@ from django import forms
 
 from core.registry import task_names
 from jobs.headers import is_secret, secret_names
-from jobs.models import Job
+from jobs.models import ExclusionCalendar, Job
 from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, RETRY_DEFAULTS
 
 KEEP = "(unchanged)"
@@ -34,6 +35,11 @@ FIELD_OF = {
     "schedule.timezone": "timezone",
     "schedule.interval_seconds": "interval_seconds",
     "schedule.start_at": "interval_seconds",
+    "schedule.at": "run_at",
+    "schedule.start": "start",
+    "schedule.end": "end",
+    "schedule.calendars": "calendars",
+    "schedule.specs": "more_crons",
     "target": "target_type",
     "target.type": "target_type",
     "target.url": "url",
@@ -46,6 +52,7 @@ FIELD_OF = {
     "retry.backoff_multiplier": "backoff_multiplier",
     "retry.backoff_max_seconds": "backoff_max_seconds",
     "retry.jitter": "retry_jitter",
+    "depends_on": "upstream_add",
     "non_field_errors": None,
 }
 
@@ -71,15 +78,36 @@ class WriteOnlyTextarea(forms.Textarea):
         return "\n".join(lines) if value else None
 
 
+class IdListField(forms.Field):
+    """Job ids posted as repeated values (the ticked upstreams)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[int]:
+        ids = []
+        for item in value or []:
+            item = str(item).strip()
+            if not item.isdigit() or int(item) >= 2**63:
+                raise forms.ValidationError(f"{item!r} is not a job id")
+            ids.append(int(item))
+        return ids
+
+
 class JobForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     schedule_type = forms.ChoiceField(
         label="Schedule",
-        choices=[("cron", "Cron expression"), ("interval", "Fixed interval"), ("none", "None")],
+        choices=[
+            ("cron", "Cron expression"),
+            ("interval", "Fixed interval"),
+            ("at", "Once, at a date and time"),
+            ("none", "None: runs after its upstreams (or on demand)"),
+        ],
         initial="cron",
         widget=forms.RadioSelect,
-        help_text="None: the job runs on demand or after its upstream jobs.",
+        help_text="A job with upstream jobs has no schedule of its own: it runs each time "
+        "they have all succeeded.",
     )
     cron = forms.CharField(
         label="Cron expression",
@@ -89,6 +117,13 @@ class JobForm(forms.Form):
         "for a stable spread value.",
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    more_crons = forms.CharField(
+        label="More cron expressions (optional)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "class": "mono"}),
+        help_text="One a line; the job fires on all of them together. Add `| Zone` for "
+        "another time zone, e.g. `0 12 * * 6 | Asia/Tokyo`.",
+    )
     timezone = forms.CharField(
         label="Time zone",
         initial="UTC",
@@ -96,6 +131,31 @@ class JobForm(forms.Form):
         widget=forms.TextInput(attrs={"list": "time-zones", "autocomplete": "off"}),
     )
     interval_seconds = forms.IntegerField(label="Every (seconds)", required=False, min_value=1)
+    run_at = forms.CharField(
+        label="Run once at (local date and time)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="For “Once”: a wall time in the job's zone.",
+    )
+    start = forms.CharField(
+        label="Not before (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="Optional: no run before this instant.",
+    )
+    end = forms.CharField(
+        label="Until (UTC, not included)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+        help_text="Optional: no run from this instant on; then the job is completed.",
+    )
+    calendars = forms.MultipleChoiceField(
+        label="Skip the dates of these calendars",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="A run on one of their dates (in the job's zone) is recorded as skipped, "
+        "excluded. Calendars are made with the API (POST /api/v1/calendars).",
+    )
     dst_gap = forms.ChoiceField(
         label="When a time does not exist (clocks go forward)",
         choices=[("shift", "run at the next valid time"), ("skip", "skip that run")],
@@ -175,16 +235,21 @@ class JobForm(forms.Form):
     )
     misfire_grace_seconds = forms.IntegerField(label="Late by up to (s)", initial=60)
     jitter_seconds = forms.IntegerField(label="Random delay up to (s)", initial=0)
-    depends_on = forms.CharField(
-        label="Upstream jobs",
+    depends_on = IdListField(label="Upstream jobs", required=False)
+    upstream_add = forms.CharField(
+        label="Add upstream jobs",
         required=False,
-        help_text="Job ids or exact names, comma-separated: this job runs after them.",
+        max_length=2000,
+        help_text="Search by name and pick from the list, or type ids or exact names, "
+        "comma-separated.",
     )
 
     def __init__(self, *args: Any, job: Job | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.job = job
         self.fields["task"].choices = [(name, name) for name in task_names()]
+        names = ExclusionCalendar.objects.values_list("name", flat=True)
+        self.fields["calendars"].choices = [(name, name) for name in names]
         assert set(dict(self.fields["concurrency_policy"].choices)) == set(CONCURRENCY)
         assert set(dict(self.fields["misfire_policy"].choices)) == set(MISFIRE)
 
@@ -241,8 +306,8 @@ class JobForm(forms.Form):
             self.add_error("secret_headers", f"also under Headers: {', '.join(sorted(both))}")
         return data
 
-    def clean_depends_on(self) -> list[int]:
-        raw = self.cleaned_data.get("depends_on") or ""
+    def clean_upstream_add(self) -> list[int]:
+        raw = self.cleaned_data.get("upstream_add") or ""
         ids: list[int] = []
         for item in (part.strip() for part in raw.split(",")):
             if not item:
@@ -263,21 +328,31 @@ class JobForm(forms.Form):
             ids.append(found[0])
         return ids
 
+    def upstream_ids(self) -> list[int]:
+        """The ticked upstreams, then those typed, each once (call after is_valid())."""
+        both = [*(self.cleaned_data.get("depends_on") or []), *self.cleaned_data["upstream_add"]]
+        return list(dict.fromkeys(both))
+
+    def upstream_rows(self) -> list[dict[str, Any]]:
+        """The upstream list as the form shows it: every job once listed (ticked or not,
+        so that an untick survives an error), with its name."""
+        if self.is_bound:
+            shown = _digits(self.data.getlist("upstream_shown"))
+            ticked = set(_digits(self.data.getlist("depends_on")))
+            ids = list(dict.fromkeys([*shown, *ticked]))
+        else:
+            ids = list(self.initial.get("depends_on") or [])
+            ticked = set(ids)
+        names = dict(Job.objects.filter(id__in=ids).values_list("id", "name"))
+        return [
+            {"id": i, "name": names.get(i, f"job {i} (no such job)"), "checked": i in ticked}
+            for i in ids
+        ]
+
     def to_api(self) -> dict[str, Any]:
         """The API's JSON shape of what was typed (call after is_valid())."""
         data = self.cleaned_data
-        kind = data["schedule_type"]
-        if kind == "cron":
-            schedule: dict | None = {
-                "cron": data.get("cron") or "",
-                "timezone": data.get("timezone") or "UTC",
-            }
-        elif kind == "interval":
-            schedule = {"interval_seconds": data.get("interval_seconds")}
-            if self.job is not None and self.job.interval_seconds == data.get("interval_seconds"):
-                schedule["start_at"] = self.job.anchor_at.isoformat()  # keep the phase
-        else:
-            schedule = None
+        schedule = schedule_input(data, job=self.job)
         if data["target_type"] == "http":
             target = {
                 "type": "http",
@@ -309,16 +384,18 @@ class JobForm(forms.Form):
             "jitter_seconds": data["jitter_seconds"],
             "dst_gap": data["dst_gap"],
             "dst_repeat": data["dst_repeat"],
-            "depends_on": data.get("depends_on") or [],
+            "depends_on": self.upstream_ids(),
         }
 
     def add_service_errors(self, errors: dict[str, list[str]]) -> None:
         for key, messages in errors.items():
+            key, prefix = spec_field(key)
+            messages = [prefix + m for m in messages]
             field = FIELD_OF.get(key, key)
             if field is not None and field not in self.fields:
                 field = None
             for message in messages:
-                self.add_error(field, message)
+                self.add_error(field, portal_wording(message))
 
 
 def initial_from_job(job: Job) -> dict[str, Any]:
@@ -331,8 +408,18 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "description": job.description,
         "schedule_type": job.schedule_kind,
         "cron": job.cron_expression,
+        "more_crons": "\n".join(
+            spec["cron"]
+            if spec["timezone"] == job.timezone
+            else f"{spec['cron']} | {spec['timezone']}"
+            for spec in job.extra_specs or []
+        ),
         "timezone": job.timezone,
         "interval_seconds": job.interval_seconds,
+        "run_at": job.run_at_wall,
+        "start": _utc_local(job.start_at),
+        "end": _utc_local(job.end_at),
+        "calendars": list(job.calendars.values_list("name", flat=True)) if job.pk else [],
         "dst_gap": job.dst_gap,
         "dst_repeat": job.dst_repeat,
         "target_type": job.target_type,
@@ -354,7 +441,8 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "misfire_policy": job.misfire_policy,
         "misfire_grace_seconds": job.misfire_grace_seconds,
         "jitter_seconds": job.jitter_seconds,
-        "depends_on": ", ".join(map(str, upstream_ids)),
+        "depends_on": upstream_ids,
+        "upstream_add": "",
     }
 
 
@@ -367,3 +455,87 @@ def _header_lines(text: str | None) -> Iterator[tuple[int, str, str]]:
         if not sep or not name.strip():
             raise forms.ValidationError(f"line {number}: write `Name: value`")
         yield number, name.strip(), value.strip()
+
+
+def schedule_input(values: Any, *, job: Job | None) -> dict | None:
+    """The API's `schedule` of what the form says: from the cleaned form on a save, from
+    the raw query on the live preview (the same shape, so that the preview shows what the
+    save will do). `values` has .get(); `calendars` is a list."""
+    kind = values.get("schedule_type") or "cron"
+    zone = (values.get("timezone") or "").strip() or "UTC"
+    if kind == "none":
+        return None
+    if kind == "interval":
+        seconds = values.get("interval_seconds")
+        if isinstance(seconds, str):
+            seconds = int(seconds) if seconds.strip().isdigit() else seconds.strip()
+        schedule: dict = {"interval_seconds": seconds}
+        if job is not None and job.interval_seconds == seconds and job.anchor_at:
+            schedule["start_at"] = job.anchor_at.isoformat()  # keep the phase
+    elif kind == "at":
+        schedule = {"at": (values.get("run_at") or "").strip(), "timezone": zone}
+    else:
+        main, more = (values.get("cron") or "").strip(), _more_specs(values.get("more_crons"))
+        schedule = {"specs": [{"cron": main}, *more]} if more else {"cron": main}
+        schedule["timezone"] = zone
+    for key in ("start", "end"):
+        if (values.get(key) or "").strip():
+            schedule[key] = _as_instant(values.get(key).strip())
+    if values.get("calendars"):
+        schedule["calendars"] = list(values.get("calendars"))
+    return schedule
+
+
+def _more_specs(text: str | None) -> list[dict[str, str]]:
+    specs = []
+    for line in (text or "").splitlines():
+        expression, _, zone = line.partition("|")
+        if expression.strip():
+            spec = {"cron": expression.strip()}
+            if zone.strip():
+                spec["timezone"] = zone.strip()
+            specs.append(spec)
+    return specs
+
+
+def _as_instant(value: str) -> str:
+    """A `datetime-local` value (UTC) as an instant; anything else as typed, for the
+    service to refuse by its field."""
+    from .common import parse_instant
+
+    parsed = parse_instant(value)
+    return parsed.isoformat().replace("+00:00", "Z") if parsed else value
+
+
+def _utc_local(moment) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if moment else ""
+
+
+def spec_field(key: str) -> tuple[str, str]:
+    """`schedule.specs.N.cron` -> the field that shows it and a prefix: the first spec is
+    the cron expression, the others lines of "more cron expressions"."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[:2] == ["schedule", "specs"] and parts[2].isdigit():
+        n = int(parts[2])
+        if n == 0:
+            return ("schedule.timezone" if parts[-1] == "timezone" else "schedule.cron"), ""
+        return "schedule.specs", f"line {n}: "
+    return key, ""
+
+
+def _digits(values: list[str]) -> list[int]:
+    return [int(v) for v in values if v.isdigit() and int(v) < 2**63]
+
+
+def portal_wording(message: str, *, in_form: bool = True) -> str:
+    """A service error's API wording (`schedule: null`) said in the portal's words: on the
+    job form, or on a DAG page (which edits only the edges)."""
+    words = {
+        "(schedule: null)": "(choose Schedule “None: runs after its upstreams”)"
+        if in_form
+        else "(edit the job and choose Schedule “None: runs after its upstreams”)",
+        "(depends_on: [])": "(untick its upstream jobs)",
+    }
+    for api, portal in words.items():
+        message = message.replace(api, portal)
+    return message

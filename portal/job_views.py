@@ -13,43 +13,35 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from jobs import selectors as job_selectors
 from jobs import services as job_services
-from jobs.models import AuditEvent, Dependency, Job
-from jobs.preview import PREVIEW_SEED, fire_times, schedule_preview
+from jobs.models import AuditEvent, Job
+from jobs.preview import PREVIEW_SEED, Preview, fire_times, schedule_preview
+from jobs.preview import preview as full_preview
 from jobs.schedule_fields import schedule_of
 from jobs.schedules import ScheduleError
 from jobs.validation import JobValidationError
 from runs import states
 from runs.models import Run
-from runs.selectors import recent_durations, run_list, skipped_by_reason, with_last_run
+from runs.selectors import recent_durations, run_list, skipped_by_reason
 from runs.services import BackfillError, job_backfill, job_trigger
 
-from .charts import Node, dag_layout, duration_chart, human_seconds
+from .charts import duration_chart, human_seconds
 from .common import (
     CLOCK,
     back,
     decode_cursor,
     encode_cursor,
+    job_or_404,
     parse_instant,
     portal_view,
     services_kwargs,
 )
-from .forms import JobForm, initial_from_job, time_zones
+from .dag_views import dag_panel
+from .forms import JobForm, initial_from_job, schedule_input, spec_field, time_zones
 from .throttle import trigger_allowed
 from .views import schedule_words
 
 HISTORY_PAGE = 25
-DAG_LIMIT = 80
-
-
-def _job_or_404(job_id: int) -> Job:
-    try:
-        return job_selectors.job_get(
-            job_id=job_id, queryset=with_last_run(Job.objects.all(), CLOCK.now())
-        )
-    except job_services.JobNotFound:
-        raise Http404("no such job") from None
 
 
 # --- the form and its live preview ----------------------------------------------------------
@@ -92,7 +84,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
 
 @portal_view
 def job_edit(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
     if request.method == "POST":
         return _save(request, JobForm(request.POST, job=job), job)
     return _form_page(request, JobForm(initial=initial_from_job(job), job=job), job)
@@ -111,6 +103,9 @@ def schedule_preview_partial(request: HttpRequest) -> HttpResponse:
             Job.objects.filter(id=int(get["job"])).values_list("hash_seed", flat=True).first()
             or PREVIEW_SEED
         )
+    if kind != "none" and _needs_full_preview(get):
+        context.update(_full_preview(get, seed))
+        return render(request, "portal/_preview.html", context)
     try:
         if kind == "cron":
             preview = schedule_preview(
@@ -138,6 +133,61 @@ def schedule_preview_partial(request: HttpRequest) -> HttpResponse:
     except OverflowError:
         context["error"] = "no fire time before the year 9999"
     return render(request, "portal/_preview.html", context)
+
+
+PREVIEW_FIELDS = ("schedule_type", "cron", "more_crons", "timezone", "interval_seconds", "run_at")
+PREVIEW_WHERE = {
+    "schedule.cron": "",
+    "schedule.timezone": "time zone",
+    "schedule.interval_seconds": "interval",
+    "schedule.at": "once at",
+    "schedule.start": "not before",
+    "schedule.end": "until",
+    "schedule.calendars": "calendars",
+    "schedule.specs": "more cron expressions",
+    "dst_repeat": "DST",
+    "dst_gap": "DST",
+}
+
+
+def _needs_full_preview(get) -> bool:
+    """A one-off, several cron expressions, bounds or calendars: the preview of the whole
+    schedule (jobs.preview.preview, the API's POST /schedule/preview)."""
+    extras = any(get.get(k, "").strip() for k in ("more_crons", "start", "end"))
+    return get.get("schedule_type") == "at" or extras or bool(get.getlist("calendars"))
+
+
+def _full_preview(get, seed: str) -> dict:
+    values = {k: get.get(k, "") for k in (*PREVIEW_FIELDS, "start", "end")}
+    values["calendars"] = get.getlist("calendars")
+    gap = get.get("dst_gap") if get.get("dst_gap") in ("shift", "skip") else "shift"
+    repeat = (
+        get.get("dst_repeat") if get.get("dst_repeat") in ("first", "last", "both") else "first"
+    )
+    try:
+        result = full_preview(
+            schedule_input(values, job=None),
+            now=CLOCK.now(),
+            count=6,
+            dst_gap=gap,
+            dst_repeat=repeat,
+            seed=seed,
+        )
+    except JobValidationError as exc:
+        return {
+            "error": "; ".join(_preview_error(k, m) for k, ms in exc.errors.items() for m in ms)
+        }
+    except (ScheduleError, OverflowError) as exc:
+        return {"error": str(exc) or "no fire time before the year 9999"}
+    return {"preview": Preview(result["description"], result["timezone"], result["slots"])}
+
+
+def _preview_error(key: str, message: str) -> str:
+    key, prefix = spec_field(key)
+    where = PREVIEW_WHERE.get(key, key)
+    if prefix:
+        where = f"{where}, {prefix.rstrip(': ')}"
+    return f"{where + ': ' if where else ''}{message}"
 
 
 # --- the detail page ------------------------------------------------------------------------
@@ -210,22 +260,15 @@ def next_runs(job: Job, count: int = 10) -> list:
 
 @portal_view
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    job = job_or_404(job_id)
     job.schedule_words = schedule_words(job)
     history = _history(request, job)
     if request.htmx and request.htmx.target == "history":
         return render(request, "portal/_history.html", {"job": job, "history": history})
     durations = recent_durations(job.id)
     chart = duration_chart(durations)
-    upstream = list(
-        Job.objects.filter(downstream_links__downstream=job).values("id", "name", "deleted_at")
-    )
-    downstream = list(
-        Job.objects.filter(upstream_links__upstream=job, deleted_at__isnull=True).values(
-            "id", "name"
-        )
-    )
     context = {
+        **dag_panel(request, job),
         "job": job,
         "next_runs": next_runs(job),
         "history": history,
@@ -234,8 +277,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "p95": human_seconds(chart.p95),
         "skips": skipped_by_reason(job.id),
         "audit": _audit_rows(job),
-        "upstream": upstream,
-        "downstream": downstream,
         "target_shown": _target_shown(job),
         "statuses": states.ALL,
         "triggers": Run.Trigger.values,
@@ -346,95 +387,26 @@ def job_backfill_view(request: HttpRequest, job_id: int) -> HttpResponse:
 @portal_view
 @require_POST
 def job_delete(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = _job_or_404(job_id)
+    """Delete after the name is typed. A job that others depend on is refused by the
+    service (`HasDownstreams`): the answer names them and offers to delete the job with
+    its edges (`cascade_edges`), each downstream then running after its other upstreams
+    or on demand."""
+    job = job_or_404(job_id)
     if request.POST.get("confirm_name", "").strip() != job.name:
         messages.error(request, "To delete the job, type its name exactly.")
         return redirect("dashboard:job", job_id=job_id)
-    job_services.job_delete(job_id=job_id, **services_kwargs(request))
-    messages.success(request, f"Deleted “{job.name}”; its run history stays.")
+    cascade = request.POST.get("cascade") == "edges"
+    try:
+        job_services.job_delete(job_id=job_id, cascade_edges=cascade, **services_kwargs(request))
+    except job_services.JobNotFound:
+        raise Http404("no such job") from None
+    except job_services.HasDownstreams as exc:
+        context = {
+            "job": job,
+            "downstreams": exc.downstreams[:50],
+            "more": len(exc.downstreams) - 50,
+        }
+        return render(request, "portal/job_delete_confirm.html", context, status=409)
+    edges = " and its dependencies" if cascade else ""
+    messages.success(request, f"Deleted “{job.name}”{edges}; its run history stays.")
     return redirect("dashboard:jobs")
-
-
-# --- the DAG around a job -------------------------------------------------------------------
-
-
-def _component(job_id: int) -> tuple[set[int], list[tuple[int, int]]]:
-    """The jobs connected to `job_id` through dependencies (either way), at most DAG_LIMIT."""
-    edges = list(
-        Dependency.objects.filter(
-            upstream__deleted_at__isnull=True, downstream__deleted_at__isnull=True
-        ).values_list("upstream_id", "downstream_id")
-    )
-    near: dict[int, set[int]] = {}
-    for u, d in edges:
-        near.setdefault(u, set()).add(d)
-        near.setdefault(d, set()).add(u)
-    seen, todo = {job_id}, [job_id]
-    while todo and len(seen) < DAG_LIMIT:
-        for other in near.get(todo.pop(), ()):
-            if other not in seen and len(seen) < DAG_LIMIT:
-                seen.add(other)
-                todo.append(other)
-    return seen, [(u, d) for u, d in edges if u in seen and d in seen]
-
-
-def dag_of(job: Job):
-    """The laid-out graph around `job`, each node coloured by its job's last run.
-    (A DAG-run view passes nodes coloured by their runs in one DAG run instead.)"""
-    ids, edges = _component(job.id)
-    rows = with_last_run(Job.objects.filter(id__in=ids, deleted_at__isnull=True), CLOCK.now())
-    nodes = {
-        row.id: Node(
-            id=row.id,
-            name=row.name,
-            status=row.last_run_status or "none",
-            status_label=f"last run {row.last_run_status}" if row.last_run_status else "no run yet",
-            focus=row.id == job.id,
-        )
-        for row in rows.only("id", "name")
-    }
-    return dag_layout(nodes, edges)
-
-
-def _upstream_ids(job: Job) -> list[int]:
-    return [link.upstream_id for link in getattr(job, "upstreams", [])]
-
-
-def _job_ref(value: str) -> int | None:
-    value = value.strip()
-    if value.isdigit():
-        return int(value)
-    found = list(
-        Job.objects.filter(name=value, deleted_at__isnull=True).values_list("id", flat=True)[:2]
-    )
-    return found[0] if len(found) == 1 else None
-
-
-@portal_view
-def job_dag(request: HttpRequest, job_id: int) -> HttpResponse:
-    """The DAG around a job; POST adds or removes one of its upstream edges through
-    `job_update` (which refuses cycles and unknown jobs)."""
-    job = _job_or_404(job_id)
-    if request.method == "POST":
-        upstream = _upstream_ids(job)
-        if request.POST.get("remove", "").isdigit():
-            upstream = [u for u in upstream if u != int(request.POST["remove"])]
-        else:
-            ref = _job_ref(request.POST.get("add", ""))
-            if ref is None:
-                messages.error(request, "Upstream: no single job with that id or name.")
-                return redirect("dashboard:job-dag", job_id=job_id)
-            upstream = sorted({*upstream, ref})
-        try:
-            job_services.job_update(
-                job_id=job_id, data={"depends_on": upstream}, **services_kwargs(request)
-            )
-        except JobValidationError as exc:
-            messages.error(request, "; ".join(m for ms in exc.errors.values() for m in ms))
-        else:
-            messages.success(request, "Dependencies saved.")
-        return redirect("dashboard:job-dag", job_id=job_id)
-    upstream = list(Job.objects.filter(id__in=_upstream_ids(job)).values("id", "name"))
-    return render(
-        request, "portal/job_dag.html", {"job": job, "dag": dag_of(job), "upstream": upstream}
-    )

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.models import Job
 from runs import states
+from runs.models import DagRun
 from runs.selectors import dlq_list, run_get
 from runs.services import (
     RunNotFound,
@@ -57,9 +58,12 @@ def _run_context(run) -> dict:
             attempt.duration = human_seconds(
                 (attempt.finished_at - attempt.started_at).total_seconds()
             )
+    dag_run, root_name = _dag_run_of(run)
     return {
         "run": run,
         "job": job,
+        "dag_run": dag_run,
+        "dag_root_name": root_name,
         "attempts": attempts,
         "terminal": run.status in states.TERMINAL,
         "cancellable": run.status in states.CANCELLABLE,
@@ -69,6 +73,15 @@ def _run_context(run) -> dict:
         "payload_json": json.dumps(payload, indent=2, sort_keys=True),
         "payload_overridden": run.payload_override is not None,
     }
+
+
+def _dag_run_of(run) -> tuple[DagRun | None, str]:
+    """The DAG run the run belongs to (set at a root's first claim) and its root's name."""
+    dag_run = DagRun.objects.filter(id=run.dag_run).first() if run.dag_run else None
+    if dag_run is None:
+        return None, ""
+    name = Job.objects.filter(id=dag_run.root_job_id).values_list("name", flat=True).first()
+    return dag_run, name or f"job {dag_run.root_job_id}"
 
 
 @portal_view

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import account_views, job_views, run_views, views
+from . import account_views, dag_views, job_views, run_views, views
 
 app_name = "dashboard"
 
@@ -17,7 +17,10 @@ urlpatterns = [
     path("jobs/<int:job_id>/run", job_views.job_run, name="job-run"),
     path("jobs/<int:job_id>/backfill", job_views.job_backfill_view, name="job-backfill"),
     path("jobs/<int:job_id>/delete", job_views.job_delete, name="job-delete"),
-    path("jobs/<int:job_id>/dag", job_views.job_dag, name="job-dag"),
+    path("jobs/<int:job_id>/dag", dag_views.job_dag, name="job-dag"),
+    path("jobs/pick", dag_views.job_pick, name="job-pick"),
+    path("jobs/pick/chip", dag_views.job_pick_chip, name="job-pick-chip"),
+    path("dag-runs/<uuid:dag_run_id>/", dag_views.dag_run_detail, name="dag-run"),
     path("runs/<uuid:run_id>/", run_views.run_detail, name="run"),
     path("runs/<uuid:run_id>/cancel", run_views.run_cancel_view, name="run-cancel"),
     path("runs/<uuid:run_id>/replay", run_views.run_replay_view, name="run-replay"),

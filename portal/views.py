@@ -39,7 +39,7 @@ from .throttle import trigger_allowed
 
 PAGE = 50
 BULK_LIMIT = 1000
-JOB_STATES = ("active", "paused", "parked")
+JOB_STATES = ("active", "paused", "parked", "completed")
 
 
 def schedule_words(job: Job) -> str:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
+from operator import or_
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db import connection
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from jobs.dag import component
 from jobs.models import Dependency, Job
 from jobs.services import JobNotFound
 
+from . import states
 from .models import DagRun, Run
 
 
@@ -147,3 +151,78 @@ def dag_run_get(*, dag_run_id: Any) -> DagRunDetail:
 def latest_dag_run_of(job_id: int) -> DagRun | None:
     """The latest DAG run with a run of the job (for the portal's graph colours)."""
     return dag_run_list(job_id=job_id).order_by("-started_at", "-id").first()
+
+
+# --- per job: the DAG runs that include it (the portal's graph colours and lists) ----------
+
+RUNNING_SCAN = 500  # running DAG runs read per graph, to find those not at a job yet
+
+_LATEST_DAG_RUN_SQL = """
+SELECT r.id FROM unnest(%s::bigint[]) AS j(id)
+CROSS JOIN LATERAL (
+    SELECT id FROM runs_run WHERE job_id = j.id AND dag_run IS NOT NULL
+    ORDER BY scheduled_for DESC, id DESC LIMIT %s
+) AS r
+"""
+
+
+@dataclass(frozen=True)
+class JobInDagRun:
+    dag_run: DagRun
+    run: Run | None  # None: the DAG run has not reached the job yet
+
+
+def _runs_in_dag_runs(job_ids: list[int], per_job: int) -> list[Run]:
+    """Each job's newest `per_job` runs that belong to a DAG run (by scheduled time): one
+    statement, an index probe of (job, -scheduled_for) per job."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LATEST_DAG_RUN_SQL, [job_ids, per_job])
+        ids = [row[0] for row in cursor.fetchall()]
+    return list(Run.objects.filter(id__in=ids))
+
+
+def _running_with(job_ids: set[int]) -> list[DagRun]:
+    """Running DAG runs whose snapshot holds one of the jobs (jsonb containment, so only
+    those DAG runs' node lists are read), newest first, at most RUNNING_SCAN."""
+    if not job_ids:
+        return []
+    holds = reduce(or_, (Q(nodes__contains=[job_id]) for job_id in sorted(job_ids)))
+    running = DagRun.objects.filter(holds, status=states.DAG_RUNNING)
+    return list(running.order_by("-started_at", "-id")[:RUNNING_SCAN])
+
+
+def latest_dag_run_per_job(job_ids: list[int]) -> dict[int, JobInDagRun]:
+    """For each job, the latest DAG run that includes it and its run there: a DAG run with
+    a run of the job, or a running one that will reach it (no run yet). Bounded by the
+    jobs' own histories, not by how many DAG runs the tenant has."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return {}
+    own = {run.job_id: run for run in _runs_in_dag_runs(job_ids, 1)}
+    running = _running_with(set(job_ids))
+    in_running = {
+        (run.dag_run, run.job_id): run
+        for run in Run.objects.filter(dag_run__in=[d.id for d in running], job_id__in=job_ids)
+    }
+    dag_runs = {d.id: d for d in DagRun.objects.filter(id__in={r.dag_run for r in own.values()})}
+    dag_runs.update({d.id: d for d in running})
+    out: dict[int, JobInDagRun] = {}
+    for job_id in job_ids:
+        candidates = [
+            JobInDagRun(d, in_running.get((d.id, job_id))) for d in running if job_id in d.nodes
+        ]
+        mine = own.get(job_id)
+        if mine is not None and mine.dag_run in dag_runs:
+            candidates.append(JobInDagRun(dag_runs[mine.dag_run], mine))
+        if candidates:
+            out[job_id] = max(candidates, key=lambda c: (c.dag_run.started_at, str(c.dag_run.id)))
+    return out
+
+
+def dag_runs_including(*, job_id: int, limit: int = 10) -> list[DagRun]:
+    """The newest `limit` DAG runs that include the job (with a run of it, or running
+    towards it), newest first."""
+    ids = {run.dag_run for run in _runs_in_dag_runs([job_id], limit)}
+    found = {d.id: d for d in DagRun.objects.filter(id__in=ids)}
+    found.update({d.id: d for d in _running_with({job_id})})
+    return sorted(found.values(), key=lambda d: (d.started_at, str(d.id)), reverse=True)[:limit]

@@ -79,6 +79,14 @@ class Run(models.Model):
             models.Index(
                 fields=["dag_run"], name="run_dag_run_idx", condition=Q(dag_run__isnull=False)
             ),
+            # A job's newest runs inside DAG runs (the portal's graph colours, its list of a
+            # job's DAG runs): without it, a job with 50,000 runs and none in a DAG run
+            # reads them all to say so.
+            models.Index(
+                fields=["job", "-scheduled_for"],
+                name="run_job_dag_idx",
+                condition=Q(dag_run__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

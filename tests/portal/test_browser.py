@@ -6,6 +6,7 @@ Run: make test ARGS="-m browser" (they are also `slow`)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import sys
@@ -95,8 +96,17 @@ def seeded(stack):
         target={"type": "task", "task": "builtin.fail"},
         retry={"max_attempts": 1},
     )
-    for name in ("dag-a", "dag-b", "dag-c", "dag-d"):
-        make_job(alpha, clock, name=name, schedule=None)
+    make_job(alpha, clock, name="dag-a", schedule=None)
+    # b takes a few seconds, so that the DAG run is still running when its page opens
+    make_job(
+        alpha,
+        clock,
+        name="dag-b",
+        schedule=None,
+        target={"type": "task", "task": "builtin.sleep"},
+        payload={"seconds": 4},
+    )
+    make_job(alpha, clock, name="dag-c", schedule=None)
 
 
 @pytest.fixture
@@ -157,13 +167,13 @@ def test_a_tenant_manages_its_jobs_in_the_browser(stack, seeded, browser):
     # Create a job through the form, watching the live preview as we type.
     page.goto(f"{base}/jobs/new")
     page.get_by_label("Name", exact=True).fill("browser-report")
-    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * *")
+    page.get_by_role("textbox", name="Cron expression", exact=True).fill("30 2 * * *")
     page.get_by_label("Time zone").fill("Europe/Berlin")
     expect(page.locator("#preview")).to_contain_text("At 02:30 (Europe/Berlin)")
     expect(page.locator("#preview li")).to_have_count(6)
-    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * MON-FRY")
+    page.get_by_role("textbox", name="Cron expression", exact=True).fill("30 2 * * MON-FRY")
     expect(page.locator("#preview")).to_contain_text("'FRY' is not a valid value")
-    page.get_by_role("textbox", name="Cron expression").fill("30 2 * * *")
+    page.get_by_role("textbox", name="Cron expression", exact=True).fill("30 2 * * *")
     expect(page.locator("#preview")).to_contain_text("At 02:30")
     _shot(page, "job-form")
     page.get_by_role("button", name="Create job").click()
@@ -206,27 +216,64 @@ def test_a_tenant_manages_its_jobs_in_the_browser(stack, seeded, browser):
     page.get_by_role("button", name="Replay selected").click()
     expect(page.locator(".messages")).to_contain_text("1 run replayed.")
 
-    # Draw a diamond DAG through the UI and see its nodes coloured after runs.
-    for downstream, upstreams in (
-        ("dag-b", ["dag-a"]),
-        ("dag-c", ["dag-a"]),
-        ("dag-d", ["dag-b", "dag-c"]),
-    ):
-        page.goto(f"{base}/jobs/?q={downstream}")
-        page.get_by_role("link", name=downstream, exact=True).click()
-        page.get_by_role("link", name="DAG").click()
-        for upstream in upstreams:
-            page.get_by_label("Add an upstream job (id or exact name)").fill(upstream)
-            page.get_by_role("button", name="Add edge").click()
-            expect(page.locator(".messages")).to_contain_text("Dependencies saved.")
-    dag_url = page.url
-    expect(page.locator("svg.dag path.edge")).to_have_count(4)
-    for name in ("dag-a", "dag-b", "dag-c", "dag-d"):
-        page.goto(f"{base}/jobs/?q={name}")
-        page.get_by_role("button", name=f"Run {name} now").click()
-        expect(page.locator("#run-status")).to_contain_text("succeeded", timeout=40_000)
-    page.goto(dag_url)
+    # Draw a diamond DAG through the UI: b's upstream picked from the search on b's page,
+    # c's typed on its DAG page, d created through the form with both picked.
+    page.goto(f"{base}/jobs/?q=dag-b")
+    page.get_by_role("link", name="dag-b", exact=True).click()
+    page.wait_for_load_state()  # htmx (deferred) listens from here on
+    page.get_by_label("Add an upstream job").fill("dag-")
+    page.get_by_role("button", name=re.compile(r"^Add dag-a \(#\d+\) as an upstream$")).click()
+    expect(page.locator("#dag-panel")).to_contain_text("Added “dag-a” upstream of “dag-b”.")
+    expect(page.locator("#dag-panel svg.dag path.edge")).to_have_count(1)
+    page.goto(f"{base}/jobs/?q=dag-c")
+    page.get_by_role("link", name="dag-c", exact=True).click()
+    page.get_by_role("link", name="DAG", exact=True).click()
+    page.wait_for_load_state()
+    page.get_by_label("Add an upstream job").fill("dag-zz")
+    page.get_by_role("button", name="Add edge").click()
+    expect(page.locator("#edge-add-error")).to_contain_text("no job is named “dag-zz”")
+    expect(page.get_by_label("Add an upstream job")).to_have_value("dag-zz")
+    page.get_by_label("Add an upstream job").fill("dag-a")
+    page.get_by_role("button", name="Add edge").click()
+    expect(page.locator("#dag-panel")).to_contain_text("Added “dag-a” upstream of “dag-c”.")
+    page.goto(f"{base}/jobs/new")
+    page.get_by_label("Name", exact=True).fill("dag-d")
+    page.get_by_label("None: runs after its upstreams (or on demand)").check()
+    for upstream in ("dag-b", "dag-c"):
+        page.get_by_label("Add upstream jobs").fill(upstream)
+        page.get_by_role(
+            "button", name=re.compile(rf"^Add {upstream} \(#\d+\) to the upstream jobs$")
+        ).click()
+        expect(page.get_by_role("checkbox", name=re.compile(rf"^{upstream} #\d+$"))).to_be_checked()
+    expect(page.get_by_label("Add upstream jobs")).to_have_value("")
+    page.get_by_role("button", name="Create job").click()
+    expect(page.locator("h1")).to_contain_text("dag-d")
+    expect(page.locator("#dag-panel svg.dag path.edge")).to_have_count(4)
+
+    # Run a now: its run page links to the DAG run it started, whose page colours the
+    # nodes as their runs end, without reloading.
+    page.goto(f"{base}/jobs/?q=dag-a")
+    page.get_by_role("button", name="Run dag-a now").click()
+    page.locator("#run-dag-run").click()
+    page.wait_for_url("**/dag-runs/**")
+    dag_run_url = page.url
+    page.evaluate("window.loadedOnce = true")
+    live = page.locator("#dag-run-live")
+    assert live.get_attribute("data-status") == "running"  # b sleeps 4 s
+    expect(page.locator('svg.dag g.node[data-status="running"]')).to_have_count(1)
+    _shot(page, "dag-run")  # b running, d waiting for it
+    expect(live).to_have_attribute("data-status", "succeeded", timeout=40_000)
     expect(page.locator('svg.dag g.node[data-status="succeeded"]')).to_have_count(4)
+    expect(page.locator("table.dag-run-jobs")).not_to_contain_text("not reached yet")
+    assert page.url == dag_run_url and page.evaluate("window.loadedOnce") is True
+    expect(live).not_to_have_attribute("hx-trigger", "every 1s")
+    page.goto(f"{base}/jobs/?q=dag-d")
+    page.get_by_role("link", name="dag-d", exact=True).click()
+    page.get_by_role("link", name="DAG", exact=True).click()
+    expect(page.locator('svg.dag g.node[data-status="succeeded"]')).to_have_count(4)
+    dag_run_path = dag_run_url.split(str(stack["port"]), 1)[1]
+    expect(page.locator(f'a[href="{dag_run_path}"]')).to_have_count(2)  # latest, and the list
+    dag_url = page.url
     _shot(page, "dag")
 
     # The main pages, for the README.
@@ -248,9 +295,13 @@ def test_a_tenant_manages_its_jobs_in_the_browser(stack, seeded, browser):
     other.goto(f"{beta_base}/jobs/")
     for name in ("browser-report", "always-fails", "dag-a"):
         expect(other.locator("main")).not_to_contain_text(name)
-    job_path = job_url.split(str(stack["port"]), 1)[1]
-    response = other.goto(f"{beta_base}{job_path}")
-    assert response.status == 404
+    for url in (job_url, dag_url, dag_run_url):
+        path = url.split(str(stack["port"]), 1)[1]
+        response = other.goto(f"{beta_base}{path}")
+        assert response.status == 404, path
+    other.goto(f"{beta_base}/jobs/new")
+    other.get_by_label("Add upstream jobs").fill("dag-")
+    expect(other.locator("#upstream-pick")).to_contain_text("No other live job matches")
 
 
 def test_an_operator_suspends_a_tenant_in_admin(stack, operator_user, browser):

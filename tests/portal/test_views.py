@@ -4,6 +4,7 @@ member -> 200 (or the action's redirect); CSRF enforced on every form."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 
 import pytest
@@ -179,8 +180,18 @@ def test_another_tenants_objects_are_404s_and_its_session_is_no_login(portal):
         f"/tokens/{portal['beta_token'].id}/revoke",
     ):
         assert client.post(url, {}).status_code == 404, url
+    backfill = {"start": "2030-01-01T00:00", "end": "2030-01-02T00:00"}
+    assert client.post(f"/jobs/{beta_job}/backfill", backfill).status_code == 404
+    # bulk forms with another tenant's ids act on nothing
+    bulk = client.post(
+        "/jobs/bulk", {"action": "pause", "job": [beta_job], "confirm": "yes"}, follow=True
+    )
+    assert "0 jobs paused." in bulk.content.decode() and "1 not paused" in bulk.content.decode()
+    dlq = client.post("/dlq/bulk", {"action": "discard", "run": [str(beta_run)]}, follow=True)
+    assert "0 runs discarded." in dlq.content.decode()
     with schema_context(portal["beta"].schema):
         assert Run.objects.get(id=beta_run).status == states.DEAD
+        assert not Job.objects.get(id=beta_job).paused
     # alpha's session cookie on beta's domain is no login there
     stolen = Client(HTTP_HOST=portal["beta"].domain)
     stolen.cookies = client.cookies
@@ -260,7 +271,7 @@ def _form(**over) -> dict:
         "misfire_policy": "run_once",
         "misfire_grace_seconds": "60",
         "jitter_seconds": "0",
-        "depends_on": "",
+        "upstream_add": "",
     }
     data.update(over)
     return data
@@ -276,11 +287,11 @@ def test_create_edit_and_errors_next_to_their_fields(portal):
     assert 'value="0 9 * * MON-FRY"' in html  # nothing typed is lost
     assert "Europe/Berlin" in html
     # A job with upstreams runs when they succeed: the form says so next to the field.
-    scheduled = client.post("/jobs/new", _form(name="after-report", depends_on="nightly-report"))
+    scheduled = client.post("/jobs/new", _form(name="after-report", upstream_add="nightly-report"))
     assert scheduled.status_code == 400
     assert "a job with upstreams runs when they succeed" in scheduled.content.decode()
     downstream = client.post(
-        "/jobs/new", _form(name="after-report", schedule_type="none", depends_on="nightly-report")
+        "/jobs/new", _form(name="after-report", schedule_type="none", upstream_add="nightly-report")
     )
     assert downstream.status_code == 302
     with schema_context(alpha.schema):
@@ -513,20 +524,6 @@ def test_suspended_tenant_portal_says_so(portal):
         tenant_resume(tenant=alpha.tenant)
 
 
-def test_dag_edges_through_the_ui(portal):
-    alpha = portal["alpha"]
-    client = login(alpha)
-    a = portal["active"]
-    b = make_job(alpha.tenant, CLOCK, name="b-job", schedule=None)
-    client.post(f"/jobs/{b.id}/dag", {"add": "nightly-report"})
-    page = client.get(f"/jobs/{b.id}/dag").content.decode()
-    assert page.count('class="edge"') == 1 and 'data-status="dead"' in page
-    cycle = client.post(f"/jobs/{a.id}/dag", {"add": str(b.id)}, follow=True).content.decode()
-    assert "would create a cycle" in cycle
-    client.post(f"/jobs/{b.id}/dag", {"remove": str(a.id)})
-    assert 'class="edge"' not in client.get(f"/jobs/{b.id}/dag").content.decode()
-
-
 def test_public_root_unknown_paths_and_tenant_admin(portal):
     public = Client(HTTP_HOST="localhost")
     root = public.get("/")
@@ -548,3 +545,119 @@ def test_overview_counts_and_quota(portal):
     assert "Runs in the last 24 h" in page and "/ 100" in page
     assert json.dumps("dead")[1:-1] in page
     assert str(uuid.UUID(str(portal["dead"].id))) in page
+
+
+@pytest.fixture
+def calendars(portal):
+    """Two exclusion calendars in alpha (calendars outlive the `live` truncation: removed
+    here)."""
+    from jobs.models import ExclusionCalendar
+
+    with schema_context(portal["alpha"].schema):
+        ExclusionCalendar.objects.create(name="portal-holidays", dates=["2030-12-25"])
+        ExclusionCalendar.objects.create(
+            name="portal-all-2030", ranges=[["2030-01-01", "2030-12-31"]]
+        )
+    yield
+    with schema_context(portal["alpha"].schema):
+        ExclusionCalendar.objects.filter(name__startswith="portal-").delete()
+
+
+def test_richer_schedules_round_trip_through_the_form(portal, calendars):
+    """Several cron expressions, a one-off, bounds and calendars: what the API can say the
+    form can say, and editing another field keeps them all."""
+    alpha = portal["alpha"]
+    client = login(alpha)
+    assert "Skip the dates of these calendars" in client.get("/jobs/new").content.decode()
+    data = _form(
+        name="union",
+        cron="0 9 * * 1-5",
+        more_crons="0 12 * * 6 | Asia/Tokyo\n30 18 * * 0",
+        start="2030-01-01T00:00",
+        end="2031-01-01T00:00",
+        calendars=["portal-holidays"],
+    )
+    assert client.post("/jobs/new", data).status_code == 302
+    with schema_context(alpha.schema):
+        job = Job.objects.get(name="union")
+        assert [(s["cron"], s["timezone"]) for s in job.extra_specs] == [
+            ("0 12 * * 6", "Asia/Tokyo"),
+            ("30 18 * * 0", "Europe/Berlin"),
+        ]
+        assert job.start_at.isoformat() == "2030-01-01T00:00:00+00:00"
+        assert list(job.calendars.values_list("name", flat=True)) == ["portal-holidays"]
+    form = client.get(f"/jobs/{job.id}/edit").content.decode()
+    assert "0 12 * * 6 | Asia/Tokyo\n30 18 * * 0" in form
+    assert 'value="2030-01-01T00:00:00"' in form
+    assert re.search(r'value="portal-holidays"[^>]* checked', form)
+    renamed = {**data, "name": "union-renamed"}
+    assert client.post(f"/jobs/{job.id}/edit", renamed).status_code == 302
+    with schema_context(alpha.schema):
+        kept = Job.objects.get(id=job.id)
+        assert kept.name == "union-renamed" and kept.extra_specs == job.extra_specs
+        assert (kept.start_at, kept.end_at) == (job.start_at, job.end_at)
+        assert kept.calendars.count() == 1
+    # errors land by their fields, everything kept
+    bad = client.post(
+        "/jobs/new",
+        _form(
+            name="bad",
+            more_crons="0 12 * * 6\n61 * * * *",
+            end="2029-01-01T00:00",
+            start="2030-01-01T00:00",
+        ),
+    )
+    html = bad.content.decode()
+    assert bad.status_code == 400
+    assert "line 2: minute: 61 is out of range 0-59" in html and "must be after start" in html
+    assert "61 * * * *" in html and 'value="2029-01-01T00:00"' in html
+    # a one-off
+    once = client.post(
+        "/jobs/new", _form(name="once", schedule_type="at", run_at="2030-12-24T18:00", cron="")
+    )
+    assert once.status_code == 302
+    with schema_context(alpha.schema):
+        job = Job.objects.get(name="once")
+        assert (job.schedule_kind, job.run_at_wall) == ("at", "2030-12-24T18:00:00")
+    edit = client.get(f"/jobs/{job.id}/edit").content.decode()
+    assert re.search(r'name="schedule_type" value="at"[^>]* checked', edit)
+    assert 'value="2030-12-24T18:00:00"' in edit
+
+
+def test_the_preview_shows_the_whole_schedule(portal, calendars):
+    client = login(portal["alpha"])
+    base = {"schedule_type": "cron", "cron": "0 9 * * *", "timezone": "UTC"}
+    union = client.get("/jobs/preview", {**base, "more_crons": "0 21 * * *"}).content.decode()
+    assert union.count("<li>") == 6 and "09:00:00" in union and "21:00:00" in union
+    bounded = client.get(
+        "/jobs/preview", {**base, "start": "2030-01-01T00:00", "calendars": ["portal-all-2030"]}
+    ).content.decode()
+    assert "Tue 2030-01-01 09:00:00" in bounded and "skipped: excluded" in bounded
+    once = client.get(
+        "/jobs/preview",
+        {"schedule_type": "at", "run_at": "2030-12-24T18:00", "timezone": "Europe/Berlin"},
+    ).content.decode()
+    assert once.count("<li>") == 1 and "2030-12-24 18:00:00" in once
+    bad = client.get("/jobs/preview", {**base, "more_crons": "0 21 * * *\nnope"}).content.decode()
+    assert "more cron expressions, line 2:" in bad and "Invalid schedule" in bad
+    assert (
+        "No schedule"
+        in client.get(
+            "/jobs/preview", {"schedule_type": "none", "start": "2030-01-01T00:00"}
+        ).content.decode()
+    )
+
+
+def test_a_completed_job_says_so(portal):
+    alpha = portal["alpha"]
+    with schema_context(alpha.schema):
+        Job.objects.filter(id=portal["active"].id).update(
+            completed_at=CLOCK.now(), next_run_at=None
+        )
+    client = login(alpha)
+    listed = client.get("/jobs/?state=completed").content.decode()
+    assert "nightly-report" in listed and "paused-job" not in listed
+    assert '<span class="badge completed"' in listed and "none: completed" in listed
+    detail = client.get(f"/jobs/{portal['active'].id}/").content.decode()
+    assert "its schedule has no slot left" in detail
+    assert "1 completed" in client.get("/").content.decode()

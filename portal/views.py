@@ -23,7 +23,6 @@ from jobs.selectors import job_list
 from jobs.validation import PRIORITIES, JobValidationError
 from runs import states
 from runs.selectors import (
-    in_flight_count,
     lag_percentiles,
     newest_runs,
     outcome_counts,
@@ -32,6 +31,7 @@ from runs.selectors import (
     with_last_run,
 )
 from runs.services import job_trigger
+from runs.usage import tenant_usage
 
 from .charts import human_seconds
 from .common import CLOCK, back, portal_view, services_kwargs
@@ -76,8 +76,9 @@ def home(request: HttpRequest) -> HttpResponse:
         "outcomes": outcomes,
         "total": total,
         "lags": {k: human_seconds(v) if k != "runs" else v for k, v in lags.items()},
-        "in_flight": in_flight_count(),
+        "usage": tenant_usage(request.tenant.schema_name, now),
         "max_concurrency": request.tenant.max_concurrency,
+        "weight": request.tenant.weight,
         "jobs": {s: job_list(state=s).count() for s in JOB_STATES},
         "latest": latest,
     }

@@ -143,11 +143,6 @@ def lag_percentiles(since: datetime, until: datetime) -> dict[str, float | None]
     }
 
 
-def in_flight_count() -> int:
-    """Runs holding a slot now (queued or running)."""
-    return Run.objects.filter(status__in=states.ACTIVE).count()
-
-
 def skipped_by_reason(job_id: int) -> dict[str, int]:
     rows = (
         Run.objects.filter(job_id=job_id, status=states.SKIPPED)

@@ -543,6 +543,7 @@ def test_overview_counts_and_quota(portal):
     client = login(portal["alpha"])
     page = client.get("/").content.decode()
     assert "Runs in the last 24 h" in page and "/ 100" in page
+    assert "Waiting for a slot" in page and "Fair-share weight" in page
     assert json.dumps("dead")[1:-1] in page
     assert str(uuid.UUID(str(portal["dead"].id))) in page
 

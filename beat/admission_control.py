@@ -42,7 +42,7 @@ from .pending import Pending
 
 log = logging.getLogger("beat.admission")
 
-RECOUNT_CHUNK = 50  # tenant schemas per recount statement
+RECOUNT_CHUNK = 25  # tenant schemas per recount statement (about 13 locks each)
 ENDED_BATCH = 10_000
 
 
@@ -71,6 +71,7 @@ class AdmissionConfig:
 class TenantLimits:
     max_concurrency: int
     weight: int
+    suspended: bool = False
 
 
 _ACTIVE_SQL = "SELECT id::text, attempt FROM {runs} WHERE status IN {active}"
@@ -140,14 +141,22 @@ class AdmissionControl:
         return len(raw)
 
     # --- runs out --------------------------------------------------------------------------
-    def choose(self, now: float) -> tuple[list[Pending], dict[int, list[Pending]]]:
-        """The waiting runs to admit now, oldest first (the fire chunks' order), and the
+    def choose(self, now: float) -> tuple[list[Pending], dict[int, list[Pending]], list[Pending]]:
+        """The waiting runs to admit now, oldest first (the fire chunks' order); the
         waiting runs of tenants that could not be counted (their data broken: they wait
-        for the tenant's back-off, as a failed admission's runs do)."""
+        for the tenant's back-off, as a failed admission's runs do); and those of tenants
+        suspended (or gone) since they were offered, to be forgotten: they stay
+        `scheduled`, and the relay finds them once the tenant is resumed."""
         if not len(self.queue):
             self._flag(False)
-            return [], {}
+            return [], {}, []
         self._refresh_limits(now)
+        dropped = [
+            entry
+            for tenant_id in self.queue.tenants()
+            if self._limit(tenant_id).suspended
+            for entry in self.queue.remove(tenant_id, keep=lambda _entry: False)
+        ]
         self._recount(now)
         uncounted = {
             tenant_id: self.queue.remove(tenant_id, keep=lambda _entry: False)
@@ -164,7 +173,7 @@ class AdmissionControl:
         self._flag(bool(len(self.queue)))
         chosen = [entry for _, entry in taken]
         chosen.sort(key=lambda e: (e.due, e.seq))
-        return chosen, uncounted
+        return chosen, uncounted, dropped
 
     def waiting(self) -> int:
         return len(self.queue)
@@ -186,7 +195,7 @@ class AdmissionControl:
         return max(watermark - sum(lengths), 0)
 
     def _limit(self, tenant_id: int) -> TenantLimits:
-        return self._limits.get(tenant_id) or TenantLimits(1, 1)
+        return self._limits.get(tenant_id) or TenantLimits(1, 1, suspended=True)
 
     def _free(self, tenant_id: int) -> int:
         return self._limit(tenant_id).max_concurrency - self.in_flight.count(tenant_id)
@@ -198,18 +207,22 @@ class AdmissionControl:
         if not missing and now - self._limits_at < self.config.limits_refresh_seconds:
             return
         with connection.cursor() as cursor:
-            cursor.execute("SELECT id, max_concurrency, weight FROM public.tenants_tenant")
-            self._limits = {t: TenantLimits(m, w) for t, m, w in cursor.fetchall()}
+            cursor.execute(
+                "SELECT id, max_concurrency, weight, suspended_at IS NOT NULL"
+                " FROM public.tenants_tenant"
+            )
+            self._limits = {t: TenantLimits(m, w, s) for t, m, w, s in cursor.fetchall()}
         self._limits_at = now
 
     def _recount(self, now: float) -> None:
-        """Tenants with waiting runs whose count is unknown, or who wait at their quota with
-        a count older than the recount interval, are counted again from PostgreSQL."""
+        """Tenants with waiting runs whose count is unknown or older than the recount
+        interval are counted again from PostgreSQL: one held too high by a lost end report,
+        and one held too low by a run a worker claimed from a stale message (a fire whose
+        commit was lost after its push, a deposed leader's last push), are both put right."""
         due = []
         for tenant_id in self.queue.tenants():
             counted = self.in_flight.counted_at.get(tenant_id)
-            at_quota = self.in_flight.count(tenant_id) >= self._limit(tenant_id).max_concurrency
-            if counted is None or (at_quota and now - counted >= self.config.recount_seconds):
+            if counted is None or now - counted >= self.config.recount_seconds:
                 due.append((tenant_id, self._schemas[tenant_id]))
         for start in range(0, len(due), RECOUNT_CHUNK):
             chunk = due[start : start + RECOUNT_CHUNK]

@@ -1,9 +1,9 @@
 """Which waiting runs go next: deficit round robin over tenants, pure arithmetic.
 
-Each tenant with waiting runs is on a ring. A visit adds the tenant's quantum (its weight,
-times a scale shared by all tenants for this take) to its deficit, and the tenant then
-sends runs while its deficit covers them (one run costs 1), it has free slots under its
-quota, and the take's budget (the broker's room) lasts. So, over any stretch in which
+Each tenant with waiting runs is on a ring. A visit adds the tenant's quantum (its weight)
+to its deficit, and the tenant then sends runs while its deficit covers them (one run
+costs 1), it has free slots under its quota, and the take's budget (the broker's room)
+lasts. So, over any stretch in which
 tenants stay backlogged, each one's share of admissions is its share of the weights;
 nobody with waiting runs and a free slot is skipped for more than one round (no
 starvation); and credit does not pile up: a tenant that empties its queue, or cannot send
@@ -110,9 +110,6 @@ class FairQueue:
         sendable = sum(min(slots[t], len(self._queues[t])) for t in able)
         room = sendable if budget is None else min(budget, sendable)
         weights = {t: max(int(weight(t)), 1) for t in able}
-        # One round of the ring sends about sum(weights) runs; a take that has room for
-        # many rounds scales every quantum alike (same shares, fewer turns).
-        scale = max(1, room // sum(weights.values()))
         taken: list[tuple[Hashable, Any]] = []
         idle_turns = 0
         while room > 0 and self._ring and idle_turns < len(self._ring):
@@ -124,12 +121,10 @@ class FairQueue:
                 idle_turns += 1
                 continue
             idle_turns = 0
-            quantum = weights[tenant] * scale
-            # A visit the last take's budget cut short goes on, but with no more than this
-            # take's quantum: credit earned at a larger scale would skew the shares.
-            self._deficit[tenant] = min(self._deficit[tenant], quantum)
+            # A fixed quantum (the weight), whatever this take's room: a visit the last
+            # take cut short goes on with the credit it had, so shares hold as room varies.
             if self._deficit[tenant] < 1:
-                self._deficit[tenant] += quantum
+                self._deficit[tenant] += weights[tenant]
             while self._deficit[tenant] >= 1 and queue and room > 0 and slots[tenant] > 0:
                 taken.append((tenant, heapq.heappop(queue).item))
                 self._deficit[tenant] -= 1

@@ -70,7 +70,8 @@ def fire(engine: Engine) -> FireStats:
     due = engine.runs.pop_due(now.timestamp())
     if engine.admission is not None:  # what goes now, by quota, broker room and fair share
         engine.admission.offer(due)
-        due, uncounted = engine.admission.choose(now.timestamp())
+        due, uncounted, dropped = engine.admission.choose(now.timestamp())
+        engine.runs.forget(e.run_id for e in dropped)
         for entries in uncounted.values():
             engine.defer_runs(entries)
             stats.deferred += len(entries)

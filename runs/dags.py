@@ -141,9 +141,40 @@ RETURNING id, job_id, status, due_at
 """
 
 
+_ALL_ENDED_SQL = """
+SELECT (SELECT count(*) FROM {runs} r WHERE r.dag_run = g.id AND r.status IN {terminal})
+       >= jsonb_array_length(g.nodes)
+FROM {dags} g WHERE g.id = %s AND g.status = {dag_running}
+"""
+
+
 def dag_settle(*, schema: str, dag_run_id: Any, now: datetime) -> Settled | None:
     """Bring the DAG run up to date with its runs (see the module docstring). None if it
-    does not exist."""
+    does not exist.
+
+    A settle that leaves the DAG run running looks once more, on a fresh snapshot, whether
+    every job has ended meanwhile: a leaf that ended while this settle held the row may
+    have counted before this settle's own records (an upstream_failed skip) committed,
+    and skipped its settle as not the last (`dag_settle_after_end`); then this one is."""
+    settled = _settle_once(schema=schema, dag_run_id=dag_run_id, now=now)
+    if settled is not None and settled.step.status == states.DAG_RUNNING:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.SQL(_ALL_ENDED_SQL).format(
+                    dags=table(schema, "runs_dagrun"),
+                    runs=table(schema, "runs_run"),
+                    dag_running=sql.Literal(states.DAG_RUNNING),
+                    **STATUS,
+                ),
+                [dag_run_id],
+            )
+            row = cursor.fetchone()
+        if row is not None and row[0]:
+            settled = _settle_once(schema=schema, dag_run_id=dag_run_id, now=now)
+    return settled
+
+
+def _settle_once(*, schema: str, dag_run_id: Any, now: datetime) -> Settled | None:
     runs_table, dag_table = table(schema, "runs_run"), table(schema, "runs_dagrun")
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -206,7 +237,8 @@ def dag_settle_after_end(
     a fan-out of 1,000 serialises 1,000 full settles on the DAG run's row). Of two such
     ends at once, the later one's count (a fresh snapshot, after its own end committed)
     sees both, so the last end always settles; the leader's sweep catches up the
-    settled-terminal count of the ones skipped here."""
+    settled-terminal count of the ones skipped here. (A full settle in progress may
+    commit records this count cannot see yet: `dag_settle` then looks again itself.)"""
     with connection.cursor() as cursor:
         cursor.execute(
             sql.SQL(_ENDED_LEAF_SQL).format(

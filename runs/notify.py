@@ -60,7 +60,8 @@ def enqueue_runs_on_commit(tenant_id: int, runs: list) -> None:
 
 # One round trip per ended attempt: record it for the leader's in-flight count (the list
 # capped, since with no leader reading it a recount replaces what it would have said),
-# wake the leader when runs wait for admission, and release a `queue` job's held runs.
+# wake the leader when runs wait for admission (unless wake-ups already wait: a busy
+# leader drains them only when it sleeps), and release a `queue` job's held runs.
 _ENDED_SCRIPT = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
@@ -69,7 +70,7 @@ if ARGV[3] ~= '' then
     redis.call('RPUSH', KEYS[3], ARGV[3])
     woken = 1
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('LLEN', KEYS[3]) < 16 then
     redis.call('RPUSH', KEYS[3], 'admit')
     woken = 1
 end

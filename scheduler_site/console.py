@@ -87,7 +87,20 @@ def fleet(now) -> dict:
         )
     lag = status["oldest_unfired_lag_seconds"]
     if lag is not None and lag > max(5.0, 2 * lease):
-        warnings.append(f"Due work is {lag:.1f} s late: the leader is behind or stuck.")
+        at_quota = [
+            row["tenant"]
+            for row in status["tenants"]
+            if not row.get("unreadable")
+            and row["waiting"]
+            and row["in_flight"] >= row["max_concurrency"]
+        ]
+        broker_full = (status.get("admission") or {}).get("room") == 0
+        if at_quota or broker_full:  # waiting for admission, by design
+            why = [f"{len(at_quota)} tenant(s) at their quota"] if at_quota else []
+            why += ["the workers are busy (the broker is at its watermark)"] if broker_full else []
+            warnings.append(f"Due work waits up to {lag:.1f} s for admission: {', '.join(why)}.")
+        else:
+            warnings.append(f"Due work is {lag:.1f} s late: the leader is behind or stuck.")
     if status["failing_tenants"]:
         warnings.append(f"{len(status['failing_tenants'])} tenant(s) failing; see below.")
     return {

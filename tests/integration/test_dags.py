@@ -440,3 +440,59 @@ def test_a_leaf_ending_before_the_others_takes_no_lock_and_the_last_end_settles(
     )
     assert settled is not None
     assert _dag_run(alpha, root_run.dag_run).status == states.DAG_SUCCEEDED
+
+
+def test_a_leafs_end_during_a_settle_that_skips_the_last_job_still_ends_the_dag_run(
+    live, redis_client, monkeypatch
+):
+    """a -> b -> c and a -> l (found by a review). b dies; its settle holds the DAG run's
+    row, has read l as running, and records c as upstream_failed. l ends meanwhile: its
+    count (a, b, l ended; c's record not committed yet) says it is not the last, so it
+    does not settle. b's settle must then see that everything has ended."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a = _job(alpha, clock, "a")
+    b = _job(alpha, clock, "b", [a], retry={"max_attempts": 1})
+    _job(alpha, clock, "c", [b])
+    leaf = _job(alpha, clock, "l", [a])
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, a)
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
+    [root] = runs_of(alpha, job_id=a.id)
+    claimed = {name: _claimed_run(alpha, root.dag_run, name, clock) for name in ("b", "l")}
+    assert finish_run(claimed["b"], Outcome(False, "boom"), clock.now()).status == states.DEAD
+    read, go_on = threading.Event(), threading.Event()
+    original = dag_progress.settle
+
+    def held_settle(*args, **kwargs):
+        step = original(*args, **kwargs)
+        if threading.current_thread().name == "b-settle":
+            read.set()
+            go_on.wait(10)
+        return step
+
+    monkeypatch.setattr(dags, "settle", held_settle)
+
+    def settle_after_end(job_id):
+        try:
+            dags.dag_settle_after_end(
+                schema=schema, dag_run_id=root.dag_run, job_id=job_id, now=clock.now()
+            )
+        finally:
+            connection.close()
+
+    b_thread = threading.Thread(target=settle_after_end, args=(b.id,), name="b-settle")
+    b_thread.start()
+    assert read.wait(10)
+    finish_run(claimed["l"], Outcome(True), clock.now())  # l's end commits meanwhile
+    l_thread = threading.Thread(target=settle_after_end, args=(leaf.id,))
+    l_thread.start()
+    l_thread.join(10)  # its count is not the last: it returns without the row
+    go_on.set()
+    b_thread.join(10)
+    runs = _by_job(alpha, root.dag_run)
+    assert all(r.status in states.TERMINAL for r in runs.values())
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED

@@ -255,3 +255,61 @@ def test_a_quota_raised_in_admin_takes_effect_without_a_restart(live, redis_clie
     clock.advance(5)
     _cycle(engine, clock)
     assert len(_take_messages(redis_client)) == 3
+
+
+def test_a_suspended_tenants_waiting_runs_are_not_admitted(live, redis_client, limits):
+    """Found by a review: runs already waiting in the fair queue went on after a suspend."""
+    from tenants.services import tenant_resume, tenant_suspend
+
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 6)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    first = _take_messages(redis_client)
+    assert len(first) == 1
+    tenant_suspend(tenant=alpha, reason="abuse", now=clock.now())
+    try:
+        _execute(first, clock)
+        clock.advance(5)  # the leader reads tenants' state again within its refresh
+        for _ in range(3):
+            _cycle(engine, clock)
+            assert _take_messages(redis_client) == []
+        assert engine.runs_waiting_for_admission() == 0
+    finally:
+        tenant_resume(tenant=Tenant.objects.get(id=alpha.id))
+    engine.relay(force=True)  # resumed: the relay finds its waiting runs again
+    clock.advance(5)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+
+
+def test_a_run_claimed_from_a_stale_message_is_counted_at_the_next_recount(
+    live, redis_client, limits
+):
+    """A worker claims a `scheduled` run from a stale message (a fire whose commit was
+    lost after its push): the leader did not count it. The recount of a waiting tenant
+    puts that right, so the tenant does not stay over its quota."""
+    from runs.execution import claim_run
+
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    runs = _trigger(alpha, clock, job, 4)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    _cycle(engine, clock)
+    admitted = _take_messages(redis_client)
+    [(_, admitted_id, _)] = admitted
+    stale = next(r for r in runs if str(r.id) != admitted_id)
+    assert claim_run(
+        schema=alpha.schema_name, run_id=str(stale.id), attempt=1, worker="w2", now=clock.now()
+    )
+    _execute(admitted, clock)  # the admitted one ends: the leader counts 0, the truth is 1
+    clock.advance(5)
+    for _ in range(3):
+        _cycle(engine, clock)
+        _execute(_take_messages(redis_client), clock)
+        assert _in_flight(alpha) <= 1

@@ -17,7 +17,7 @@ def _fill(queue: FairQueue, tenant, count: int, *, priority="normal", start=0.0)
         queue.push(tenant, (tenant, n), priority=priority, due=start + n)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     weights=st.lists(st.integers(1, 6), min_size=2, max_size=5),
     budgets=st.lists(st.integers(1, 40), min_size=30, max_size=80),
@@ -129,6 +129,31 @@ def test_weights_hold_when_the_room_changes_from_take_to_take():
         ).items():
             got[tenant] += count
     assert abs(got["a"] / (got["a"] + got["b"]) - 0.75) < 0.02, got
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 6), min_size=2, max_size=4),
+    pattern=st.lists(st.integers(1, 45), min_size=1, max_size=6),
+)
+def test_shares_follow_the_weights_closely_whatever_the_room_does(weights, pattern):
+    """Over many takes of varying room (the broker's, at each fire), every tenant always
+    backlogged: each share is within 5% of its weight's share (found by a review: a
+    per-take quantum scale drifted 3:1 to 0.68)."""
+    queue, n, got = FairQueue(), 0, [0] * len(weights)
+    for budget in pattern * (1500 // len(pattern)):
+        for tenant in range(len(weights)):
+            while queue.waiting(tenant) < 50:
+                queue.push(tenant, n, priority="normal", due=n)
+                n += 1
+        for tenant, count in shares(
+            queue.take(budget, lambda t: UNLIMITED, lambda t: weights[t])
+        ).items():
+            got[tenant] += count
+    total = sum(got)
+    for tenant, weight in enumerate(weights):
+        want = weight / sum(weights)
+        assert abs(got[tenant] / total - want) <= 0.05 * want, (got, weights, pattern)
 
 
 def test_within_a_tenant_higher_priority_then_oldest_due_goes_first():

@@ -39,6 +39,7 @@ from .fair_share import FairQueue
 from .faults import TenantFaults, isolated, must_step_down
 from .messages import PRIORITIES
 from .pending import Pending
+from .store import job_admission_rows
 
 log = logging.getLogger("beat.admission")
 
@@ -114,6 +115,7 @@ class AdmissionControl:
         self._limits_at = float("-inf")
         self._schemas: dict[int, str] = {}
         self._flagged = False
+        self._policies: dict[tuple[int, int], str] = {}  # (tenant, job) -> concurrency policy
         self.last_room: int | None = None
 
     # --- runs in ---------------------------------------------------------------------------
@@ -121,6 +123,43 @@ class AdmissionControl:
         for entry in entries:
             self._schemas[entry.tenant_id] = entry.schema
             self.queue.push(entry.tenant_id, entry, priority=entry.priority, due=entry.due)
+
+    def decided_by_policy(self) -> list[Pending]:
+        """Waiting runs of tenants at their quota that their job's own state decides
+        without taking a slot: a `forbid` job's overlap (skipped) or a `queue` job's
+        (held) while the job has max_concurrent_runs in flight, a `replace` job's run while
+        the job has one to cancel (it takes that run's place), a paused or deleted job's.
+        They go to admission now: waiting for the tenant's quota would delay a decision
+        that frees or needs no slot (a `replace` run would wait behind the very run it is
+        to replace). Jobs' policies are remembered (`allow` jobs are not read again)."""
+        out: list[Pending] = []
+        for tenant_id in self.queue.tenants():
+            if self._free(tenant_id) > 0:
+                continue
+            schema = self._schemas[tenant_id]
+            jobs = {e.job_id for e in self.queue.items(tenant_id)}
+            asked = sorted(j for j in jobs if self._policies.get((tenant_id, j)) != "allow")
+            if not asked:
+                continue
+            ran, rows = isolated(
+                self.faults, tenant_id, schema, lambda s=schema, a=asked: _job_rows(s, a)
+            )
+            if not ran:
+                continue
+            decided = set(asked) - set(rows)  # gone altogether
+            for job_id, row in rows.items():
+                self._policies[(tenant_id, job_id)] = "allow" if row.deleted else row.policy
+                full = row.active >= max(row.max_concurrent, 1)
+                if (
+                    row.paused
+                    or row.deleted
+                    or (row.policy in ("forbid", "queue") and full)
+                    or (row.policy == "replace" and row.active > 0)
+                ):
+                    decided.add(job_id)
+            if decided:
+                out += self.queue.remove(tenant_id, keep=lambda e, d=decided: e.job_id not in d)
+        return out
 
     def admitted(self, entries: Iterable[Pending]) -> None:
         for entry in entries:
@@ -213,6 +252,7 @@ class AdmissionControl:
             )
             self._limits = {t: TenantLimits(m, w, s) for t, m, w, s in cursor.fetchall()}
         self._limits_at = now
+        self._policies.clear()  # an edited policy is seen within the same refresh
 
     def _recount(self, now: float) -> None:
         """Tenants with waiting runs whose count is unknown or older than the recount
@@ -277,6 +317,11 @@ class AdmissionControl:
             "tenants": {str(t): v for t, v in self.stats(now).items()},
         }
         self.client.set(admission_stats_key(), json.dumps(body), ex=ttl_seconds)
+
+
+def _job_rows(schema: str, job_ids: list[int]) -> dict:
+    with connection.cursor() as cursor:
+        return job_admission_rows(cursor, schema, job_ids)
 
 
 def recount(chunk: list[tuple[int, str]]) -> dict[int, list[tuple[str, int]]]:

@@ -72,6 +72,8 @@ def fire(engine: Engine) -> FireStats:
         engine.admission.offer(due)
         due, uncounted, dropped = engine.admission.choose(now.timestamp())
         engine.runs.forget(e.run_id for e in dropped)
+        due += engine.admission.decided_by_policy()
+        due.sort(key=lambda e: (e.due, e.seq))
         for entries in uncounted.values():
             engine.defer_runs(entries)
             stats.deferred += len(entries)

@@ -24,7 +24,7 @@ from runs.models import Run
 from runs.services import job_trigger
 from tenants.models import Tenant
 
-from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, utc
+from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 
 START = utc(2026, 6, 1, 12, 0, 0)
 NOOP = {"type": "task", "task": "builtin.noop"}
@@ -313,3 +313,65 @@ def test_a_run_claimed_from_a_stale_message_is_counted_at_the_next_recount(
         _cycle(engine, clock)
         _execute(_take_messages(redis_client), clock)
         assert _in_flight(alpha) <= 1
+
+
+def _statuses(tenant) -> list[tuple[str, str, str]]:
+    return [(r.scheduled_for.strftime("%H:%M"), r.status, r.skip_reason) for r in runs_of(tenant)]
+
+
+def _set_status(tenant, run, status) -> None:
+    with schema_context(tenant.schema_name):
+        Run.objects.filter(pk=run.pk).update(status=status)
+
+
+def test_replace_replaces_the_running_run_even_when_the_tenant_is_at_its_quota(
+    live, redis_client, limits
+):
+    """Found by a review: with the tenant at its quota (because of that very run), the
+    newer slot waited in the fair queue behind the run it should replace."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"}, concurrency_policy="replace")
+    engine = _engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 1))
+    engine.materialise()
+    engine.fire()
+    [first] = runs_of(alpha)
+    _set_status(alpha, first, states.RUNNING)  # claimed; its task hangs
+    for minute in (2, 3, 4):
+        clock.set(utc(2026, 6, 1, 12, minute))
+        engine.materialise()
+        _cycle(engine, clock)
+    assert _statuses(alpha)[:4] == [
+        ("12:01", states.CANCELLED, ""),
+        ("12:02", states.CANCELLED, ""),
+        ("12:03", states.CANCELLED, ""),
+        ("12:04", states.QUEUED, ""),
+    ]
+
+
+def test_forbid_skips_overlapping_slots_even_when_the_tenant_is_at_its_quota(
+    live, redis_client, limits
+):
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"}, concurrency_policy="forbid")
+    engine = _engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 1))
+    engine.materialise()
+    engine.fire()
+    _take_messages(redis_client)
+    [first] = runs_of(alpha)
+    _set_status(alpha, first, states.RUNNING)
+    for minute in (2, 3, 4):
+        clock.set(utc(2026, 6, 1, 12, minute))
+        engine.materialise()
+        _cycle(engine, clock)
+    assert engine.runs_waiting_for_admission() == 0  # skipped, not waiting for a slot
+    assert [s for s in _statuses(alpha) if s[2] == states.SKIP_OVERLAP] == [
+        ("12:02", states.SKIPPED, states.SKIP_OVERLAP),
+        ("12:03", states.SKIPPED, states.SKIP_OVERLAP),
+        ("12:04", states.SKIPPED, states.SKIP_OVERLAP),
+    ]

@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.SuspendedTenantMiddleware",
+    "scheduler_site.pages.HelpfulNotFoundMiddleware",
 ]
 
 TEMPLATES = [

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from core.registry import get_task, task_names
-from core.ssrf import RefusedDestination, check_url_syntax
+from core.ssrf import RefusedDestination, check_saved_url, parse_allow_networks
 
 from .schedule_input import schedule_as_input, validate_schedule
 
@@ -111,7 +111,7 @@ def _validate_http_target(errors: Errors, target: dict) -> dict:
         errors.add("target.url", "must be a URL of at most 2048 characters")
     else:
         try:
-            check_url_syntax(url)
+            check_saved_url(url, allow=parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS))
         except RefusedDestination as exc:
             errors.add("target.url", str(exc))
     _choice(errors, "target.method", method, HTTP_METHODS)

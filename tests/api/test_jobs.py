@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -311,3 +312,38 @@ def test_pause_refuses_unknown_body_fields(alpha_api: Api):
     response = alpha_api.post(f"jobs/{job['id']}/pause", {"reasn": "typo"})
     assert response.status_code == 400
     assert response.json()["errors"] == {"reasn": ["unknown field"]}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/hook",
+        "http://[::1]/",
+        "http://10.1.2.3/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://169.254.10.10/",
+        "http://localhost:9000/",
+    ],
+)
+def test_an_http_target_on_a_refused_address_literal_is_refused_when_saved(alpha_api: Api, url):
+    target = {"type": "http", "url": url}
+    created = alpha_api.post("jobs", {"name": "internal", "schedule": None, "target": target})
+    assert created.status_code == 400
+    assert "which the scheduler does not call" in created.json()["errors"]["target.url"][0]
+    job = alpha_api.create_job(name="fine")
+    edited = alpha_api.patch(f"jobs/{job['id']}", {"target": target})
+    assert edited.status_code == 400 and "target.url" in edited.json()["errors"]
+    assert alpha_api.get(f"jobs/{job['id']}").json()["target"] == job["target"]
+
+
+def test_an_allowed_network_may_be_saved_and_a_name_is_left_to_send_time(alpha_api: Api):
+    with override_settings(SCHEDULER_HTTP_ALLOW_NETWORKS=["127.0.0.0/8"]):
+        local = {"type": "http", "url": "http://127.0.0.1:8080/hook"}
+        assert (
+            alpha_api.post("jobs", {"name": "l", "schedule": None, "target": local}).status_code
+            == 201
+        )
+    named = {"type": "http", "url": "https://hooks.example.com/x"}
+    assert (
+        alpha_api.post("jobs", {"name": "n", "schedule": None, "target": named}).status_code == 201
+    )

@@ -14,6 +14,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, OuterRef, QuerySet, Subquery, prefetch_related_objects
 
+from jobs.models import Job
+
 from . import states
 from .models import Run
 from .services import RunNotFound
@@ -75,6 +77,17 @@ def newest_runs(runs: QuerySet[Run], limit: int) -> list[Run]:
     rows = list(parts[0].union(*parts[1:], all=True).order_by(*RUN_ORDER)[:limit])
     prefetch_related_objects(rows, "attempts")
     return rows
+
+
+def with_job_names(runs: list[Run]) -> list[Run]:
+    """Set `job_name` and `job_deleted` on each run (one query for the lot): a run's job
+    may be deleted, and its history still says which job it was."""
+    ids = {run.job_id for run in runs}
+    rows = Job.objects.filter(id__in=ids).values_list("id", "name", "deleted_at")
+    names = {i: (name, deleted is not None) for i, name, deleted in rows}
+    for run in runs:
+        run.job_name, run.job_deleted = names.get(run.job_id, (f"job {run.job_id}", True))
+    return runs
 
 
 def run_get(*, run_id: Any) -> Run:

@@ -37,6 +37,7 @@ JOB_FIELDS = {
     "depends_on",
     "state",
     "paused_reason",
+    "paused_at",
     "fault",
     "next_run_at",
     "last_run",
@@ -296,6 +297,19 @@ def test_delete_is_soft_and_keeps_the_history(alpha_api: Api, live):
     assert len(alpha_api.get("runs", job=job["id"]).json()["results"]) == 2
     with schema_context(live["alpha"].schema):
         assert Job.objects.get(id=job["id"]).deleted_at is not None
+
+
+def test_a_paused_job_shows_no_next_run_but_since_when_it_is_paused(alpha_api: Api):
+    job = alpha_api.create_job(schedule={"cron": "*/5 * * * *"})
+    assert job["next_run_at"] is not None and job["paused_at"] is None
+    paused = alpha_api.post(f"jobs/{job['id']}/pause").json()
+    assert (paused["state"], paused["next_run_at"]) == ("paused", None)
+    assert paused["paused_at"] is not None
+    listed = alpha_api.get("jobs", state="paused").json()["results"]
+    assert [(j["id"], j["next_run_at"]) for j in listed] == [(job["id"], None)]
+    resumed = alpha_api.post(f"jobs/{job['id']}/resume").json()
+    assert resumed["state"] == "active" and resumed["paused_at"] is None
+    assert resumed["next_run_at"] is not None
 
 
 def test_pause_shows_the_reason_and_resume_clears_it(alpha_api: Api):

@@ -104,6 +104,19 @@ class LastRunField(serializers.Field):
         return LastRunSerializer(job).data
 
 
+class NextRunAtField(serializers.DateTimeField):
+    """The next fire time, or null while nothing will fire: a paused job keeps its place
+    in the schedule (`next_run_at` in the row, for the resume), but shows no next run."""
+
+    def get_attribute(self, job: Job) -> Any:
+        return None if job.paused or job.fault_code else job.next_run_at
+
+
+class PausedAtField(serializers.DateTimeField):
+    def get_attribute(self, job: Job) -> Any:
+        return job.paused_at if job.paused else None
+
+
 class JobSerializer(serializers.Serializer):
     """A job as the API shows it."""
 
@@ -131,12 +144,19 @@ class JobSerializer(serializers.Serializer):
         "(a one-off that fired, an `end` passed); an edit that gives it slots clears it.",
     )
     paused_reason = serializers.CharField()
+    paused_at = PausedAtField(
+        allow_null=True, help_text="Paused since (null unless `state` is `paused`)."
+    )
     fault = FaultField(
         source="*",
         allow_null=True,
         help_text="Why the scheduler parked the job (null unless `state` is `parked`).",
     )
-    next_run_at = serializers.DateTimeField(allow_null=True)
+    next_run_at = NextRunAtField(
+        allow_null=True,
+        help_text="The next scheduled fire time (UTC); null for a job on demand or as a "
+        "dependency only, a paused or parked job, or a completed schedule.",
+    )
     last_run = LastRunField(source="*", allow_null=True, help_text="The latest run due by now.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from jobs import selectors, services
 from jobs.models import Job
 from runs import services as run_services
-from runs.selectors import run_get, with_last_run
+from runs.selectors import run_get, with_job_names, with_last_run
 from scheduler_site.api.fields import query, validated
 from scheduler_site.api.pagination import KeysetPagination, page_of
 from scheduler_site.api.problems import READ_PROBLEMS, WRITE_PROBLEMS, problem_responses
@@ -202,4 +202,5 @@ class JobTriggerView(JobView):
             "Location": request.build_absolute_uri(reverse("api:run", kwargs={"run_id": run.id})),
             "Idempotent-Replayed": "false" if created else "true",
         }
-        return Response(RunSerializer(run_get(run_id=run.id)).data, status=202, headers=headers)
+        shown = with_job_names([run_get(run_id=run.id)])[0]
+        return Response(RunSerializer(shown).data, status=202, headers=headers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet, prefetch_related_objects
 
-from runs.selectors import RUN_ORDER, newest_runs
+from runs.selectors import RUN_ORDER, newest_runs, with_job_names
 from scheduler_site.api.pagination import KeysetPagination
 
 
@@ -20,7 +20,7 @@ class RunPagination(KeysetPagination):
 
     def fetch(self, queryset: QuerySet, limit: int) -> list:
         if self.by_status:
-            return newest_runs(queryset, limit)
+            return with_job_names(newest_runs(queryset, limit))
         rows = super().fetch(queryset, limit)
         prefetch_related_objects(rows, "attempts")
-        return rows
+        return with_job_names(rows)

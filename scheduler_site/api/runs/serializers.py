@@ -26,6 +26,10 @@ class RunSerializer(serializers.Serializer):
 
     id = serializers.UUIDField()
     job = serializers.IntegerField(source="job_id")
+    job_name = serializers.CharField(help_text="The job's name (also once it is deleted).")
+    job_deleted = serializers.BooleanField(
+        help_text="The job is deleted: the run stays in the history."
+    )
     trigger = serializers.ChoiceField(choices=Run.Trigger.values)
     status = serializers.ChoiceField(choices=states.ALL)
     scheduled_for = serializers.DateTimeField(help_text="The nominal instant.")

@@ -32,7 +32,7 @@ TAGS = ["runs"]
 
 class RunView(ApiView):
     def run_json(self, run_id: Any) -> dict[str, Any]:
-        return RunSerializer(selectors.run_get(run_id=run_id)).data
+        return RunSerializer(selectors.with_job_names([selectors.run_get(run_id=run_id)])[0]).data
 
     def page(self, request: Request, runs: Any, *, by_status: bool = False) -> Response:
         paginator = RunPagination(by_status=by_status)

@@ -21,7 +21,7 @@ from psycopg import sql
 from core import index
 from core.keys import wake_key
 from core.redis import get_redis
-from core.sql import pg_array, table
+from core.sql import pg_array, table, without_waiting_for_disk
 from tenants.models import Tenant
 
 from .models import Job
@@ -61,7 +61,8 @@ def mark_indexed(schema: str, jobs: list[tuple[int, int]]) -> None:
         "UPDATE {} AS j SET index_dirty = false FROM unnest(%s::bigint[], %s::int[]) AS u(id, v) "
         "WHERE j.id = u.id AND j.version = u.v"
     ).format(table(schema, "jobs_job"))
-    with connection.cursor() as cursor:
+    # A flag lost in a crash only makes the leader's sync sweep write the entry again.
+    with without_waiting_for_disk(), connection.cursor() as cursor:
         cursor.execute(query, [pg_array(list(ids)), pg_array(list(versions))])
 
 

@@ -92,7 +92,7 @@ def _plan_schedule(job: Job, clean, now: datetime, *, creating: bool) -> list | 
     """Set `next_run_at` (and clear `completed_at`) from the job's schedule as it now is;
     returns the calendars to attach (None: unchanged). A new schedule with no slot left
     after now is refused: nothing would ever run."""
-    rows = _calendars_named(clean.calendars) if clean.calendars is not None else None
+    rows = _calendars_named(clean.calendars) if clean.calendars else clean.calendars
     values = [calendar_value(c.name, c.dates, c.ranges) for c in rows] if rows is not None else None
     job.next_run_at = first_slot_after(job, now, values)
     if job.next_run_at is None and job.schedule_kind != "none":
@@ -176,6 +176,9 @@ def job_create(*, tenant: Tenant, actor: Actor, data: dict, clock: Clock) -> Job
         if clean.depends_on:
             _set_dependencies(job, clean.depends_on)
         _audit(actor, "create", job, {"fields": sorted(clean.fields)})
+    # Its relations as written, in the shape selectors.with_relation_ids gives them.
+    job.upstream_ids = list(clean.depends_on or [])
+    job.calendar_names = sorted(c.name for c in calendars or [])
     return job
 
 

@@ -3,6 +3,7 @@ resume; their validation errors and limits."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -361,3 +362,72 @@ def test_an_allowed_network_may_be_saved_and_a_name_is_left_to_send_time(alpha_a
     assert (
         alpha_api.post("jobs", {"name": "n", "schedule": None, "target": named}).status_code == 201
     )
+
+
+def test_the_fast_job_json_equals_the_declared_serializer_for_every_kind_of_job(
+    alpha_api: Api, live
+):
+    """JobSerializer renders through `job_json` (fast); its declared fields (the schema)
+    must render exactly the same for every shape a job can take."""
+    from jobs.selectors import with_relation_ids
+    from runs.selectors import with_last_run
+    from scheduler_site.api.jobs.serializers import JobSerializer, job_json
+
+    # Calendars outlive the tests' truncation of jobs and runs: names of this run's own.
+    holidays, freeze = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("holidays", "freeze"))
+    for name in (holidays, freeze):
+        created = alpha_api.post("calendars", {"name": name, "dates": ["2026-12-25"]})
+        assert created.status_code == 201, created.content
+    http = {"type": "http", "url": "https://example.com/h", "headers": {"X-A": "1"}}
+    jobs = [
+        alpha_api.create_job(schedule={"cron": "H 9 * * 1-5", "timezone": "Europe/Berlin"}),
+        alpha_api.create_job(
+            schedule={
+                "specs": [{"cron": "0 9 * * *"}, {"cron": "0 12 * * 6"}],
+                "calendars": [holidays, freeze],
+            },
+            target=http,
+            payload={"b": 1, "a": [1, 2]},
+        ),
+        alpha_api.create_job(
+            schedule={"interval_seconds": 600, "end": "2099-01-01T00:00:00Z"},
+            retry={"max_attempts": 5, "backoff_seconds": 2},
+        ),
+        alpha_api.create_job(schedule={"at": "2099-12-24T18:00", "timezone": "Europe/Berlin"}),
+    ]
+    jobs.append(alpha_api.create_job(name="downstream", depends_on=[jobs[0]["id"], jobs[2]["id"]]))
+    alpha_api.post(f"jobs/{jobs[1]['id']}/pause", {"reason": "maintenance"})
+    from .test_runs import make_run
+
+    make_run(live["alpha"].tenant, jobs[0]["id"], minutes_ago=3)
+    make_run(live["alpha"].tenant, jobs[2]["id"], status="running", minutes_ago=1)
+    with schema_context(live["alpha"].schema):
+        Job.objects.filter(id=jobs[3]["id"]).update(
+            fault_code="invalid_timezone", fault_detail="gone", faulted_at=timezone.now()
+        )
+        rows = with_last_run(with_relation_ids(Job.objects.all()), timezone.now()).order_by("id")
+        for job in rows:
+            assert job_json(job) == JobSerializer().declared_representation(job), job.name
+    shown = {j["id"]: j for j in alpha_api.get("jobs").json()["results"]}
+    assert shown[jobs[1]["id"]]["schedule"]["calendars"] == [freeze, holidays]
+    assert shown[jobs[4]["id"]]["depends_on"] == sorted([jobs[0]["id"], jobs[2]["id"]])
+    assert shown[jobs[0]["id"]]["last_run"]["status"] == "succeeded"
+
+
+def test_create_shows_the_job_as_a_read_would(alpha_api: Api):
+    """POST /jobs renders the job it wrote without reading it back: the same as GET."""
+    calendar = f"holidays-{uuid.uuid4().hex[:8]}"
+    assert (
+        alpha_api.post("calendars", {"name": calendar, "dates": ["2026-12-25"]}).status_code == 201
+    )
+    upstream = alpha_api.create_job(name="up")
+    for body in (
+        {
+            "schedule": {"cron": "*/5 * * * *", "calendars": [calendar]},
+            "payload": {"z": 1, "a": 2},
+        },
+        {"schedule": None, "depends_on": [upstream["id"]]},
+        {"schedule": {"interval_seconds": 3600, "start_at": "2026-01-01T00:00:00+01:00"}},
+    ):
+        created = alpha_api.create_job(name="shown", **body)
+        assert created == alpha_api.get(f"jobs/{created['id']}").json()

@@ -9,9 +9,9 @@ from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, ex
 from rest_framework import serializers
 
 from jobs.models import Job
-from jobs.schedule_fields import job_calendars, schedule_of
+from jobs.schedule_fields import schedule_of
 from jobs.schedule_input import schedule_as_input
-from jobs.schedules import MAX_INTERVAL_SECONDS, describe
+from jobs.schedules import MAX_INTERVAL_SECONDS, ExclusionCalendar, describe
 
 CRON_HELP = (
     "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first when "
@@ -136,10 +136,13 @@ class ScheduleSerializer(serializers.Serializer):
 
 
 def schedule_json(job: Job) -> dict[str, Any] | None:
-    calendars = job_calendars(job)
-    out = schedule_as_input(job, sorted(c.name for c in calendars))
+    """`job` carries `calendar_names` (jobs.selectors.with_relation_ids)."""
+    names = sorted(job.calendar_names)
+    out = schedule_as_input(job, names)
     if out is None:
         return None
+    # The words name the calendars; their dates do not count, so none are read.
+    calendars = [ExclusionCalendar(name, ()) for name in names]
     try:
         words = describe(schedule_of(job, calendars))
     except (ValueError, TypeError):  # a row the scheduler parked: say why instead

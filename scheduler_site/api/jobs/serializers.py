@@ -5,6 +5,7 @@ bounds below mirror it for the schema's sake."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
@@ -15,7 +16,7 @@ from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMP
 from runs import states
 from scheduler_site.api.fields import StrictSerializer
 
-from .schedule_shapes import ScheduleField, ScheduleInputField
+from .schedule_shapes import ScheduleField, ScheduleInputField, schedule_json
 
 STATES = ("active", "paused", "parked", "completed")
 
@@ -163,7 +164,80 @@ class JobSerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_depends_on(self, job: Job) -> list[int]:
-        return [link.upstream_id for link in getattr(job, "upstreams", [])]
+        return list(job.upstream_ids)
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        # The fields above describe the shape (the OpenAPI schema) and can render it
+        # (`declared_representation`); `job_json` renders the same dict in a tenth of the
+        # time, which is most of a page of 50 jobs. tests/api/test_jobs.py holds the two equal.
+        return job_json(job)
+
+    def declared_representation(self, job: Job) -> dict[str, Any]:
+        return super().to_representation(job)
+
+
+def _instant(value: datetime | None) -> str | None:
+    """As DRF's DateTimeField writes an instant (UTC, `Z`)."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as the API shows it (the shape of JobSerializer). `job` carries
+    `upstream_ids` and `calendar_names` (jobs.selectors.with_relation_ids), and the last
+    run's fields when annotated with runs.selectors.with_last_run."""
+    parked = bool(job.fault_code)
+    last_run_id = getattr(job, "last_run_id", None)
+    return {
+        "id": job.id,
+        "name": job.name,
+        "description": job.description,
+        "schedule": schedule_json(job),
+        "target": target_json(job),
+        "payload": job.payload,
+        "retry": {
+            "max_attempts": job.max_attempts,
+            "backoff_seconds": float(job.backoff_seconds),
+            "backoff_multiplier": float(job.backoff_multiplier),
+            "backoff_max_seconds": float(job.backoff_max_seconds),
+            "jitter": job.retry_jitter,
+        },
+        "timeout_seconds": job.timeout_seconds,
+        "priority": job.priority,
+        "concurrency_policy": job.concurrency_policy,
+        "max_concurrent_runs": job.max_concurrent_runs,
+        "misfire_policy": job.misfire_policy,
+        "misfire_grace_seconds": job.misfire_grace_seconds,
+        "jitter_seconds": job.jitter_seconds,
+        "dst_gap": job.dst_gap,
+        "dst_repeat": job.dst_repeat,
+        "depends_on": list(job.upstream_ids),
+        "state": job.state,
+        "paused_reason": job.paused_reason,
+        "paused_at": _instant(job.paused_at) if job.paused else None,
+        "fault": (
+            {
+                "code": job.fault_code,
+                "detail": job.fault_detail,
+                "at": _instant(job.faulted_at),
+            }
+            if parked
+            else None
+        ),
+        "next_run_at": None if job.paused or parked else _instant(job.next_run_at),
+        "last_run": (
+            None
+            if last_run_id is None
+            else {
+                "id": str(last_run_id),
+                "status": job.last_run_status,
+                "finished_at": _instant(job.last_run_finished_at),
+            }
+        ),
+        "created_at": _instant(job.created_at),
+        "updated_at": _instant(job.updated_at),
+    }
 
 
 # --- request shapes ----------------------------------------------------------------------

@@ -63,11 +63,8 @@ class JobView(ApiView):
     """Shared by the job endpoints: a job's JSON as of now."""
 
     def job_json(self, job_id: int) -> dict[str, Any]:
-        return JobSerializer(
-            selectors.job_get(
-                job_id=job_id, queryset=with_last_run(Job.objects.all(), self.clock.now())
-            )
-        ).data
+        jobs = with_last_run(selectors.with_relation_ids(Job.objects.all()), self.clock.now())
+        return JobSerializer(selectors.job_get(job_id=job_id, queryset=jobs, prefetch=False)).data
 
     def job_url(self, request: Request, job: Job) -> str:
         return request.build_absolute_uri(reverse("api:job", kwargs={"job_id": job.id}))
@@ -83,7 +80,8 @@ class JobCollectionView(JobView):
     )
     def get(self, request: Request) -> Response:
         filters = query(JobFilterSerializer, request)
-        jobs = with_last_run(selectors.job_list(**filters), self.clock.now())
+        jobs = selectors.with_relation_ids(selectors.job_filter(**filters))
+        jobs = with_last_run(jobs, self.clock.now())
         paginator = JobPagination()
         page = paginator.paginate_queryset(jobs, request, self)
         return paginator.get_paginated_response(JobSerializer(page, many=True).data)
@@ -97,10 +95,10 @@ class JobCollectionView(JobView):
         responses={201: JobSerializer, **problem_responses(*WRITE_PROBLEMS)},
     )
     def post(self, request: Request) -> Response:
-        data = request.data
-        job = services.job_create(data=data, **self.services_kwargs(request))
+        job = services.job_create(data=request.data, **self.services_kwargs(request))
         headers = {"Location": self.job_url(request, job)}
-        return Response(self.job_json(job.id), status=201, headers=headers)
+        # A new job has no runs: shown as written, without reading it back.
+        return Response(JobSerializer(job).data, status=201, headers=headers)
 
 
 class JobDetailView(JobView):

@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     pages.add_argument("--jobs", type=int, default=100_000)
     pages.add_argument("--runs", type=int, default=1_000_000)
     pages.add_argument("--repeats", type=int, default=30)
+    api = sub.add_parser("api-latency", help="POST/GET /jobs p50/p99 and bulk registration")
+    api.add_argument("--requests", type=int, default=500, help="requests per measurement")
+    api.add_argument("--bulk-jobs", type=int, default=10_000)
+    api.add_argument("--batch", type=int, default=1000, help="jobs per bulk request")
+    api.add_argument("--keep", action="store_true", help="keep the bench-api tenant")
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -50,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
     from . import (
+        api_latency,
         concurrency,
         fire_lag,
         leader_cost,
@@ -72,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
     elif args.bench == "portal-pages":
         result = portal_pages.run(args.jobs, args.runs, args.repeats)
+    elif args.bench == "api-latency":
+        result = api_latency.run(args.requests, args.bulk_jobs, args.batch, keep=args.keep)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "many_tenants": many_tenants.run(50, 10),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
+            "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
         }
     if args.json:
         print(json.dumps(result, default=str))

@@ -12,7 +12,9 @@ that score comes due, removes it or moves it on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import redis
 from django.db import connection, transaction
@@ -35,18 +37,61 @@ def save_and_index(tenant: Tenant, job: Job, *, creating: bool = False) -> None:
         job.version += 1
     job.index_dirty = True
     job.save()
-    schedulable = job.deleted_at is None and not job.paused and job.next_run_at is not None
-    schema, tenant_id, job_id = tenant.schema_name, tenant.id, job.id
-    when, version = job.next_run_at, job.version
+    index_after_commit(tenant, [job])
+
+
+def create_and_index(tenant: Tenant, jobs: list[Job]) -> None:
+    """Insert new jobs in one statement, flagged dirty; index them after the commit, as
+    `save_and_index` does one job."""
+    for job in jobs:
+        job.index_dirty = True
+    Job.objects.bulk_create(jobs)
+    index_after_commit(tenant, jobs)
+
+
+_batch: ContextVar[list | None] = ContextVar("index_batch", default=None)
+
+
+@contextmanager
+def batched_index_writes(tenant: Tenant) -> Iterator[None]:
+    """Inside a transaction: the index writes of every job saved in the block go to Redis
+    together after the commit (one pipeline, one flag update) instead of one round trip
+    each: a bulk action on 1,000 jobs."""
+    jobs: list[Job] = []
+    token = _batch.set(jobs)
+    try:
+        yield
+    finally:
+        _batch.reset(token)
+    _index_after_commit(tenant, jobs)
+
+
+def index_after_commit(tenant: Tenant, jobs: list[Job]) -> None:
+    batch = _batch.get()
+    if batch is not None:
+        batch.extend(jobs)
+    else:
+        _index_after_commit(tenant, jobs)
+
+
+def _index_after_commit(tenant: Tenant, jobs: list[Job]) -> None:
+    if not jobs:
+        return
+    schema, tenant_id = tenant.schema_name, tenant.id
+    entries = [
+        (tenant_id, job.id, job.next_run_at)
+        for job in jobs
+        if job.deleted_at is None and not job.paused and job.next_run_at is not None
+    ]
+    marks = list({job.id: (job.id, job.version) for job in jobs}.values())
 
     def sync() -> None:
         client = get_redis()
         pipe = client.pipeline(transaction=False)
-        if schedulable:
-            index.lower_jobs(pipe, [(tenant_id, job_id, when)])
+        index.lower_jobs(pipe, entries)
         pipe.rpush(wake_key(), "index")
         pipe.execute()
-        mark_indexed(schema, [(job_id, version)])
+        mark_indexed(schema, marks)
 
     transaction.on_commit(lambda: best_effort(sync))
 

@@ -47,6 +47,26 @@ class InstantField(serializers.DateTimeField):
         return instant
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, nothing else: DRF's own also takes "5", 5.0 and "5.0", which the
+    schema (type: integer) does not allow. (Booleans are no integers either.)"""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictUUIDField(serializers.UUIDField):
+    """A UUID string, nothing else: DRF's own reads an integer (and `false`, an integer in
+    Python) as the UUID with that number, `false` as 00000000-0000-0000-0000-000000000000."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class StrictSerializer(serializers.Serializer):
     """A request body serializer that names unknown keys instead of ignoring them (a typo
     such as `paylod` must not silently do nothing)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.urls import include, path, re_path, register_converter
 
 from scheduler_site.api.dags import DagRunCollectionView, DagRunDetailView, JobGraphView
+from scheduler_site.api.jobs.bulk import JobBulkView
 from scheduler_site.api.jobs.preview import SchedulePreviewView
 from scheduler_site.api.jobs.views import (
     JobCollectionView,
@@ -60,6 +61,7 @@ app_name = "api"
 
 endpoints = [
     path("jobs", JobCollectionView.as_view(), name="jobs"),
+    path("jobs/bulk", JobBulkView.as_view(), name="jobs-bulk"),
     path("jobs/<job_id:job_id>", JobDetailView.as_view(), name="job"),
     path("jobs/<job_id:job_id>/pause", JobPauseView.as_view(), name="job-pause"),
     path("jobs/<job_id:job_id>/resume", JobResumeView.as_view(), name="job-resume"),

@@ -273,15 +273,25 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["scheduler_site.api.parsers.CappedJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "scheduler_site.api.schema.ApiAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the schema is /api/v1/openapi.json
     "EXCEPTION_HANDLER": "scheduler_site.api.problems.problem_exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tickwork API",
-    "DESCRIPTION": "Jobs, runs, the dead-letter queue and schedule previews of one tenant. "
-    "Errors are application/problem+json (RFC 9457). See docs/api.md.",
+    "DESCRIPTION": (
+        "Jobs, runs, DAG runs, the dead-letter queue, exclusion calendars and schedule "
+        "previews of one tenant.\n\n"
+        "**Authentication:** `Authorization: Bearer <token>` (tokens start with `tw_`; the "
+        "token selects the tenant). Press *Authorize* to try the operations here.\n\n"
+        "**Errors** are `application/problem+json` (RFC 9457): `type`, `title`, `status`, "
+        "`detail`, and for invalid input `errors`, which names each field (nested ones "
+        "dotted: `schedule.cron`, `jobs.517.name`).\n\n"
+        "**Lists** return `{next, results}`: follow `next` until it is null.\n\n"
+        "The full guide, with every rule and limit: [the API guide](/api/v1/guide); "
+        "schedules and their DST rules: [schedules](/api/v1/guide/schedules)."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # Ids beyond PostgreSQL's bigint do not match the route (404), so the schema says so.

@@ -28,6 +28,7 @@ from scheduler_site.api.runs.views import (
 
 from .calendars import CalendarCollectionView, CalendarDetailView
 from .fields import BIGINT_MAX
+from .guide import guide
 from .views import ApiNotFoundView, DocsView, SchemaView
 
 
@@ -90,5 +91,7 @@ urlpatterns = [
         name="openapi",
     ),
     path("docs", DocsView.as_view(), name="docs"),
+    path("guide", guide, name="guide"),
+    path("guide/<slug:name>", guide, name="guide-page"),
     re_path(r"^", ApiNotFoundView.as_view(), name="not-found"),
 ]

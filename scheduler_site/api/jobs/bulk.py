@@ -20,13 +20,14 @@ from rest_framework.response import Response
 from jobs import bulk, selectors
 from jobs.models import Job
 from runs.selectors import with_last_run
+from scheduler_site.api import examples as ex
 from scheduler_site.api.fields import (
     BIGINT_MAX,
     StrictIntegerField,
     StrictSerializer,
     validated,
 )
-from scheduler_site.api.problems import WRITE_PROBLEMS, problem_responses
+from scheduler_site.api.problems import VALIDATION, WRITE_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
 from .serializers import JobSerializer, job_json
@@ -146,17 +147,12 @@ EXAMPLES = [
         {"action": "delete", "ids": [20, 21, 22], "cascade": "edges"},
         request_only=True,
     ),
-    OpenApiExample(
+    ex.problem(
         "Item 517 is invalid: nothing was created",
-        {
-            "type": "urn:tickwork:problem:validation-error",
-            "title": "Bad Request",
-            "status": 400,
-            "detail": "jobs.517.schedule.cron: minute: 61 is out of range 0-59",
-            "errors": {"jobs.517.schedule.cron": ["minute: 61 is out of range 0-59"]},
-        },
-        response_only=True,
-        status_codes=["400"],
+        400,
+        "jobs.517.schedule.cron: minute: 61 is out of range 0-59",
+        VALIDATION,
+        {"jobs.517.schedule.cron": ["minute: 61 is out of range 0-59"]},
     ),
 ]
 
@@ -177,7 +173,12 @@ class JobBulkView(ApiView):
             "their upstreams, so a whole DAG can be deleted without `cascade`."
         ),
         request=BULK_REQUEST,
-        examples=EXAMPLES,
+        examples=[
+            *EXAMPLES,
+            ex.answer(
+                "Created", {"action": "create", "count": 1, "ids": [5], "jobs": [ex.JOB]}, 201
+            ),
+        ],
         responses={
             (201, "application/json"): OpenApiResponse(BulkResultSerializer, "Created."),
             (200, "application/json"): OpenApiResponse(

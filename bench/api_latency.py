@@ -245,11 +245,11 @@ def _deep_cursor(tenant: Tenant) -> str:
     from django_tenants.utils import schema_context
 
     from jobs.models import Job
-    from scheduler_site.api.pagination import _encode
+    from scheduler_site.api.pagination import encode_cursor
 
     with schema_context(tenant.schema_name):
         ids = list(Job.objects.order_by("id").values_list("id", flat=True))
-    return _encode([ids[len(ids) // 2]])
+    return encode_cursor([ids[len(ids) // 2]])
 
 
 def _print(f: dict) -> None:

@@ -289,6 +289,11 @@ SPECTACULAR_SETTINGS = {
         "`detail`, and for invalid input `errors`, which names each field (nested ones "
         "dotted: `schedule.cron`, `jobs.517.name`).\n\n"
         "**Lists** return `{next, results}`: follow `next` until it is null.\n\n"
+        "**Request bodies** are strict: an unknown key, or a value of another JSON type, is "
+        "a 400. Strings must be valid Unicode without NUL characters. A few rules are "
+        "beyond what this schema can state (the fields of a cron expression, an `end` "
+        "after its `start`, calendars and upstream jobs that exist): those are 400s too, "
+        "naming the field.\n\n"
         "The full guide, with every rule and limit: [the API guide](/api/v1/guide); "
         "schedules and their DST rules: [schedules](/api/v1/guide/schedules)."
     ),
@@ -299,6 +304,12 @@ SPECTACULAR_SETTINGS = {
         "job_id": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
     },
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduler_site.api.schema.strict_request_bodies",
+        "scheduler_site.api.schema.front_server_limits",
+        "scheduler_site.api.schema.registered_tasks",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

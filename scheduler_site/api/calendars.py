@@ -88,6 +88,7 @@ CALENDAR = {
 
 
 class CalendarPagination(KeysetPagination):
+    model = ExclusionCalendar
     ordering = ("id",)
 
 

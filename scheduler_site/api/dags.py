@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from runs import dag_selectors, states
 from runs.models import DagRun, Run
 from scheduler_site.api import examples as ex
-from scheduler_site.api.fields import InstantField, query
+from scheduler_site.api.fields import InstantField, QueryIntegerField, query
 from scheduler_site.api.pagination import KeysetPagination, page_of
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
@@ -90,7 +90,7 @@ class DagRunDetailSerializer(DagRunSerializer):
 
 
 class DagRunFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(
+    job = QueryIntegerField(
         required=False,
         min_value=1,
         max_value=BIGINT_MAX,
@@ -114,6 +114,7 @@ DAG_RUN = {
 
 
 class DagRunPagination(KeysetPagination):
+    model = DagRun
     ordering = ("-started_at", "-id")
 
 

@@ -12,11 +12,17 @@ from rest_framework.response import Response
 from jobs.preview import MAX_COUNT, preview, schedule_preview
 from jobs.schedules import DST_GAP_CHOICES, DST_REPEAT_CHOICES, MAX_INTERVAL_SECONDS, ScheduleError
 from scheduler_site.api import examples as ex
-from scheduler_site.api.fields import InstantField, query, validated
+from scheduler_site.api.fields import (
+    InstantField,
+    QueryIntegerField,
+    StrictSerializer,
+    query,
+    validated,
+)
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
-from .schedule_shapes import ScheduleInputField
+from .schedule_shapes import CronField, ScheduleInputField, TimeZoneField
 
 # ScheduleError.field -> the query parameter to blame; the cron fields (minute, hour, ...)
 # belong to `cron`, and the message names the field.
@@ -29,20 +35,20 @@ PARAMETER_OF = {
 
 
 class PreviewQuerySerializer(serializers.Serializer):
-    cron = serializers.CharField(
+    cron = CronField(
         required=False,
         max_length=200,
         help_text="A cron expression (give this or interval_seconds).",
     )
-    timezone = serializers.CharField(required=False, default="UTC", max_length=64)
-    interval_seconds = serializers.IntegerField(
+    timezone = TimeZoneField(required=False, default="UTC", max_length=64)
+    interval_seconds = QueryIntegerField(
         required=False, min_value=1, max_value=MAX_INTERVAL_SECONDS
     )
     start = InstantField(
         required=False,
         help_text="List fire times after this (default now); an interval is anchored here.",
     )
-    count = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
+    count = QueryIntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
     dst_gap = serializers.ChoiceField(choices=DST_GAP_CHOICES, required=False, default="shift")
     dst_repeat = serializers.ChoiceField(
         choices=DST_REPEAT_CHOICES, required=False, default="first"
@@ -64,7 +70,7 @@ class PreviewSerializer(serializers.Serializer):
     )
 
 
-class PreviewBodySerializer(serializers.Serializer):
+class PreviewBodySerializer(StrictSerializer):
     schedule = ScheduleInputField(
         help_text="As in a job: `cron`, `specs`, `interval_seconds` or `at`, "
         "with `start`, `end` and `calendars`."

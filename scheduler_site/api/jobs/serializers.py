@@ -12,7 +12,15 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from jobs.models import Job
-from jobs.validation import CONCURRENCY, HTTP_METHODS, MISFIRE, PRIORITIES, SIMPLE_FIELDS
+from jobs.validation import (
+    BIGINT_MAX,
+    CONCURRENCY,
+    HTTP_METHODS,
+    MISFIRE,
+    NAME_PATTERN,
+    PRIORITIES,
+    SIMPLE_FIELDS,
+)
 from runs import states
 from scheduler_site.api.fields import StrictSerializer
 
@@ -28,7 +36,9 @@ def _bounds(name: str) -> dict[str, int]:
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JSONObjectField(serializers.JSONField):
-    """A JSON object (the service checks the type and the size)."""
+    """A JSON object (the service checks its size)."""
+
+    json_type = dict
 
 
 class HttpTargetSerializer(serializers.Serializer):
@@ -279,11 +289,16 @@ class TargetInputField(serializers.JSONField):
     pass
 
 
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": 200, "pattern": NAME_PATTERN})
+class NameField(serializers.CharField):
+    pass
+
+
 class JobInputSerializer(serializers.Serializer):
     """A job to create, or (PATCH) the fields to change. Only `name`, `target` and one of
     `schedule` (null for on-demand) or `depends_on` are required to create a job."""
 
-    name = serializers.CharField(max_length=200)
+    name = NameField(max_length=200, help_text="At most 200 characters, not only white space.")
     description = serializers.CharField(max_length=5000, required=False, allow_blank=True)
     schedule = ScheduleInputField(
         required=False,
@@ -307,7 +322,7 @@ class JobInputSerializer(serializers.Serializer):
     dst_gap = serializers.ChoiceField(choices=["shift", "skip"], required=False)
     dst_repeat = serializers.ChoiceField(choices=["first", "last", "both"], required=False)
     depends_on = serializers.ListField(
-        child=serializers.IntegerField(min_value=1),
+        child=serializers.IntegerField(min_value=1, max_value=BIGINT_MAX),
         required=False,
         help_text="Upstream job ids of this tenant; the graph must stay acyclic.",
     )
@@ -319,9 +334,16 @@ class PauseSerializer(StrictSerializer):
     )
 
 
+@extend_schema_field({"type": "object", "additionalProperties": True, "nullable": True})
+class NullableJSONObjectField(JSONObjectField):
+    pass
+
+
 class TriggerSerializer(StrictSerializer):
-    payload = JSONObjectField(
-        required=False, allow_null=True, help_text="Replaces the job's payload for this run only."
+    payload = NullableJSONObjectField(
+        required=False,
+        allow_null=True,
+        help_text="Replaces the job's payload for this run only (null: the job's own).",
     )
 
 
@@ -336,4 +358,10 @@ class DeleteParamsSerializer(serializers.Serializer):
 class JobFilterSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=STATES, required=False)
     priority = serializers.ChoiceField(choices=PRIORITIES, required=False)
-    q = serializers.CharField(required=False, max_length=200, help_text="Part of the name.")
+    q = serializers.RegexField(
+        r"^[^\x00]*$",
+        required=False,
+        max_length=200,
+        trim_whitespace=False,
+        help_text="Part of the name (any case).",
+    )

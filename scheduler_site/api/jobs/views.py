@@ -63,6 +63,7 @@ TRIGGER_HEADERS = [
 
 
 class JobPagination(KeysetPagination):
+    model = Job
     ordering = ("id",)
 
 

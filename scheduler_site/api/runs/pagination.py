@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet, prefetch_related_objects
 
+from runs.models import Run
 from runs.selectors import RUN_ORDER, newest_runs, with_job_names
 from scheduler_site.api.pagination import KeysetPagination
 
@@ -12,6 +13,7 @@ class RunPagination(KeysetPagination):
     """`by_status`: the list has no job or status filter, so fetch it status by status
     (runs.selectors.newest_runs) to stay on an index."""
 
+    model = Run
     ordering = RUN_ORDER
 
     def __init__(self, *, by_status: bool = False) -> None:

@@ -6,7 +6,13 @@ from rest_framework import serializers
 
 from runs import states
 from runs.models import Attempt, Run
-from scheduler_site.api.fields import BIGINT_MAX, InstantField, StrictSerializer
+from scheduler_site.api.fields import (
+    BIGINT_MAX,
+    InstantField,
+    QueryIntegerField,
+    StrictSerializer,
+    StrictUUIDField,
+)
 
 MAX_BULK_REPLAY = 1000
 
@@ -61,7 +67,7 @@ class BackfillResultSerializer(serializers.Serializer):
 
 class BulkReplaySerializer(StrictSerializer):
     run_ids = serializers.ListField(
-        child=serializers.UUIDField(), min_length=1, max_length=MAX_BULK_REPLAY
+        child=StrictUUIDField(), min_length=1, max_length=MAX_BULK_REPLAY
     )
 
 
@@ -74,7 +80,7 @@ class BulkReplayResultSerializer(serializers.Serializer):
 
 
 class RunFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    job = QueryIntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
     status = serializers.ChoiceField(choices=states.ALL, required=False)
     trigger = serializers.ChoiceField(choices=Run.Trigger.values, required=False)
     since = InstantField(required=False, help_text="scheduled_for at or after this instant.")
@@ -82,4 +88,4 @@ class RunFilterSerializer(serializers.Serializer):
 
 
 class DlqFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    job = QueryIntegerField(required=False, min_value=1, max_value=BIGINT_MAX)

@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     fair.add_argument("--count", type=int, default=20_000)
     fair.add_argument("--workers", type=int, default=4)
     fair.add_argument("--repeats", type=int, default=1)
+    api = sub.add_parser("api-latency", help="POST/GET /jobs p50/p99 and bulk registration")
+    api.add_argument("--requests", type=int, default=500, help="requests per measurement")
+    api.add_argument("--bulk-jobs", type=int, default=10_000)
+    api.add_argument("--batch", type=int, default=1000, help="jobs per bulk request")
+    api.add_argument("--keep", action="store_true", help="keep the bench-api tenant")
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -60,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
     django.setup()
     from . import (
+        api_latency,
         concurrency,
         dag,
         fair_share,
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         result = fair_share.run(args.count, args.workers, args.repeats)
     elif args.bench == "dag":
         result = dag.run(args.size, args.repeats)
+    elif args.bench == "api-latency":
+        result = api_latency.run(args.requests, args.bulk_jobs, args.batch, keep=args.keep)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -102,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
             "dag": dag.run(30, repeats=1, timeout=120),
             "fair_share": fair_share.run(300, workers=2, timeout=300),
+            "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
         }
     if args.json:
         print(json.dumps(result, default=str))

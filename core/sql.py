@@ -7,8 +7,11 @@ batches as single preformatted array literals.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
+from django.db import connection, transaction
 from psycopg import sql
 
 
@@ -41,3 +44,18 @@ def one_of(values: tuple[str, ...] | list[str]) -> sql.Composable:
     planner can prove a partial index's predicate (`WHERE status = 'scheduled'`) even for a
     prepared statement's generic plan. Used with the named sets of `runs.states`."""
     return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
+
+
+@contextmanager
+def without_waiting_for_disk() -> Iterator[None]:
+    """Writes whose loss in a crash costs nothing (a hint that the next sweep recomputes, a
+    last-used time) commit without waiting for the WAL flush: on a disk where a durable
+    commit takes milliseconds, that is most of a request. Inside a transaction the caller
+    owns the commit, so nothing changes there: its durability is never weakened."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+        yield

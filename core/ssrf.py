@@ -3,7 +3,8 @@
 Pure library: no Django. The worker passes the operator allow-list in
 (``SCHEDULER_HTTP_ALLOW_NETWORKS`` parsed by :func:`parse_allow_networks`).
 
-Steps: :func:`check_url_syntax` parses strictly (also used when a job is saved);
+Steps: :func:`check_url_syntax` parses strictly (and :func:`check_saved_url`, when a job
+is saved, also refuses address literals in refused ranges);
 :func:`resolve_destination` resolves the host once, to all its addresses, and refuses the
 URL if ANY address is in a refused range that the allow-list does not cover. The caller
 then connects to one of ``Destination.addresses`` (pinning), never to the name again.
@@ -319,6 +320,33 @@ def _inet_aton_number(label: str) -> int:
 
 def _bad_host(hostname: str) -> RefusedDestination:
     return RefusedDestination("bad_host", f"{hostname!r} is not a valid host name", host=hostname)
+
+
+# --- save time ---------------------------------------------------------------------------
+
+# RFC 6761: `localhost` and the names under it are loopback, whatever a resolver says.
+_LOCALHOST_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+
+def check_saved_url(url: str, *, allow: AllowList) -> tuple[str, str, int, str]:
+    """The check when a job is saved: the syntax, and a host that is an address literal
+    (or `localhost`) in a refused range is refused now, with the reason, rather than at
+    its first run. A name is not resolved here: its DNS answers may change before a run,
+    which :func:`resolve_destination` checks again at send time."""
+    parts = check_url_syntax(url)
+    host = parts[1]
+    literal = _ip_or_none(host)
+    if literal is not None:
+        candidates: tuple[IPAddress, ...] = (literal,)
+    elif host == "localhost" or host.endswith(".localhost"):
+        candidates = _LOCALHOST_ADDRESSES
+    else:
+        return parts
+    for address in candidates:
+        reason = refused_reason(address, allow)
+        if reason is not None:
+            raise _refused_address(reason, host, address, literal=True)
+    return parts
 
 
 # --- resolution ---------------------------------------------------------------------------

@@ -38,10 +38,11 @@ class CalendarInUse(Exception):
 
 
 def _date(errors: Errors, field: str, value: Any) -> str | None:
-    try:
-        return date.fromisoformat(value).isoformat() if isinstance(value, str) else None
-    except ValueError:
-        pass
+    if isinstance(value, str):
+        try:
+            return date.fromisoformat(value).isoformat()
+        except ValueError:
+            pass
     errors.add(field, "must be a date, YYYY-MM-DD")
     return None
 
@@ -67,7 +68,9 @@ def clean_calendar_input(data: Any, *, creating: bool) -> dict:
             errors.add("description", "must be a string of at most 5000 characters")
         else:
             out["description"] = data["description"]
-    if "ics" in data:
+    if "timezone" in data and not isinstance(data["timezone"], str):
+        errors.add("timezone", "must be an IANA time zone name")
+    elif "ics" in data:
         out.update(_from_ics(errors, data))
     else:
         out.update(_dates_and_ranges(errors, data))

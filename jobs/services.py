@@ -25,7 +25,7 @@ from .models import AuditEvent, Dependency, ExclusionCalendar, Job, new_hash_see
 from .schedule_fields import calendar_value, job_calendars, schedule_of
 from .schedules import ScheduleError, next_slot_or_none
 from .signals import job_deleted, job_resumed, schedule_changed
-from .validation import SCHEDULE_FIELDS, JobValidationError, clean_job_input
+from .validation import SCHEDULE_FIELDS, CleanJob, JobValidationError, clean_job_input
 
 log = logging.getLogger("jobs.services")
 
@@ -51,7 +51,14 @@ SYSTEM = Actor("system")
 def _audit(
     actor: Actor, action: str, job: Job | None, changes: dict | None = None, run_id: Any = None
 ) -> None:
-    AuditEvent.objects.create(
+    audit_event(actor, action, job, changes, run_id).save()
+
+
+def audit_event(
+    actor: Actor, action: str, job: Job | None, changes: dict | None = None, run_id: Any = None
+) -> AuditEvent:
+    """The audit record of an action (unsaved: a bulk action saves many at once)."""
+    return AuditEvent(
         actor=actor.label, action=action, job=job, run_id=run_id, changes=changes or {}
     )
 
@@ -92,7 +99,7 @@ def _plan_schedule(job: Job, clean, now: datetime, *, creating: bool) -> list | 
     """Set `next_run_at` (and clear `completed_at`) from the job's schedule as it now is;
     returns the calendars to attach (None: unchanged). A new schedule with no slot left
     after now is refused: nothing would ever run."""
-    rows = _calendars_named(clean.calendars) if clean.calendars is not None else None
+    rows = _calendars_named(clean.calendars) if clean.calendars else clean.calendars
     values = [calendar_value(c.name, c.dates, c.ranges) for c in rows] if rows is not None else None
     job.next_run_at = first_slot_after(job, now, values)
     if job.next_run_at is None and job.schedule_kind != "none":
@@ -161,22 +168,61 @@ def _set_dependencies(job: Job, upstream_ids: list[int]) -> None:
     )
 
 
+@dataclass
+class NewJob:
+    """A job checked and planned for creation, not yet saved (`job_create`, and the bulk
+    create in jobs/bulk.py: the same steps for each job)."""
+
+    job: Job
+    clean: CleanJob
+    calendars: list[ExclusionCalendar] | None
+
+    @classmethod
+    def check(cls, actor: Actor, data: Any, now: datetime) -> NewJob:
+        """The input's rules (`clean_job_input`); JobValidationError names every bad field."""
+        seed = new_hash_seed()
+        clean = clean_job_input(data, existing=None, seed=seed, now=now)
+        return cls(Job(hash_seed=seed, created_by=actor.label, **clean.fields), clean, None)
+
+    def plan(self, now: datetime) -> None:
+        """Its calendars and first slot (in the transaction: they read the tenant's rows)."""
+        self.calendars = _plan_schedule(self.job, self.clean, now, creating=True)
+
+    def attach(self) -> None:
+        """After the insert: its calendars and upstreams (the DAG rules), and its
+        relations as written, in the shape selectors.with_relation_ids gives them."""
+        if self.calendars:
+            self.job.calendars.set(self.calendars)
+        if self.clean.depends_on:
+            _set_dependencies(self.job, self.clean.depends_on)
+        self.job.upstream_ids = list(self.clean.depends_on or [])
+        self.job.calendar_names = sorted(c.name for c in self.calendars or [])
+
+    def audit(self, actor: Actor) -> AuditEvent:
+        return audit_event(actor, "create", self.job, {"fields": sorted(self.clean.fields)})
+
+
+def check_quota(adding: int) -> None:
+    """QuotaExceeded if `adding` more jobs would pass the tenant's limit."""
+    limit, have = tenant_job_limit(), Job.objects.filter(deleted_at__isnull=True).count()
+    if have + adding > limit:
+        if adding == 1:
+            raise QuotaExceeded(f"this tenant already has {limit} jobs, the limit")
+        raise QuotaExceeded(
+            f"this tenant has {have} jobs; {adding} more would pass its limit of {limit}"
+        )
+
+
 def job_create(*, tenant: Tenant, actor: Actor, data: dict, clock: Clock) -> Job:
     now = clock.now()
-    seed = new_hash_seed()
-    clean = clean_job_input(data, existing=None, seed=seed, now=now)
+    new = NewJob.check(actor, data, now)
     with transaction.atomic():
-        if Job.objects.filter(deleted_at__isnull=True).count() >= tenant_job_limit():
-            raise QuotaExceeded(f"this tenant already has {tenant_job_limit()} jobs, the limit")
-        job = Job(hash_seed=seed, created_by=actor.label, **clean.fields)
-        calendars = _plan_schedule(job, clean, now, creating=True)
-        save_and_index(tenant, job, creating=True)
-        if calendars:
-            job.calendars.set(calendars)
-        if clean.depends_on:
-            _set_dependencies(job, clean.depends_on)
-        _audit(actor, "create", job, {"fields": sorted(clean.fields)})
-    return job
+        check_quota(adding=1)
+        new.plan(now)
+        save_and_index(tenant, new.job, creating=True)
+        new.attach()
+        new.audit(actor).save()
+    return new.job
 
 
 def tenant_job_limit() -> int:

@@ -4,6 +4,7 @@ into model field values, or a JobValidationError naming every bad field and why.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -11,11 +12,22 @@ from django.conf import settings
 
 from core.encryption import keyring
 from core.registry import get_task, task_names
-from core.ssrf import RefusedDestination, check_url_syntax
+from core.ssrf import RefusedDestination, check_saved_url, parse_allow_networks
 
 from .headers import clean_headers
 from .schedule_input import schedule_as_input, validate_schedule
 
+BIGINT_MAX = 2**63 - 1  # the largest id PostgreSQL's bigint holds
+# A name needs one character that is not white space, in the set that both Python and the
+# ECMAScript regular expressions of the OpenAPI schema (`\s`) call white space; it is
+# stored without the white space around it.
+WHITE_SPACE = (
+    " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+)
+WHITE_SPACE += "\u2028\u2029\u202f\u205f\u3000\ufeff"
+NAME_PATTERN = (
+    "[^ \\t\\n\\v\\f\\r\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff]"
+)
 PRIORITIES = ("high", "normal", "low")
 CONCURRENCY = ("allow", "forbid", "queue", "replace")
 MISFIRE = ("run_once", "run_all", "skip")
@@ -63,7 +75,7 @@ class Errors:
 
 
 def _int(errors: Errors, field: str, value: Any, lo: int, hi: int) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+    if isinstance(value, bool) or not isinstance(value, int):
         errors.add(field, "must be a whole number")
         return None
     if not lo <= value <= hi:
@@ -93,10 +105,15 @@ def _json_size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")).encode())
 
 
+TARGET_KEYS = {"task": {"type", "task"}, "http": {"type", "url", "method", "headers"}}
+
+
 def validate_target(errors: Errors, target: Any, stored_headers: dict | None = None) -> dict:
     if not isinstance(target, dict) or target.get("type") not in ("http", "task"):
         errors.add("target.type", "must be `http` or `task`")
         return {}
+    for key in sorted(set(target) - TARGET_KEYS[target["type"]]):
+        errors.add(f"target.{key}", f"unknown key for a `{target['type']}` target")
     if target["type"] == "task":
         name = target.get("task")
         if not isinstance(name, str) or get_task(name) is None:
@@ -107,13 +124,13 @@ def validate_target(errors: Errors, target: Any, stored_headers: dict | None = N
 
 
 def _validate_http_target(errors: Errors, target: dict, stored_headers: dict | None) -> dict:
-    url, method = target.get("url"), str(target.get("method", "POST")).upper()
-    headers = target.get("headers") or {}
+    url, method = target.get("url"), target.get("method", "POST")
+    headers = target.get("headers", {})
     if not isinstance(url, str) or len(url) > 2048:
         errors.add("target.url", "must be a URL of at most 2048 characters")
     else:
         try:
-            check_url_syntax(url)
+            check_saved_url(url, allow=parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS))
         except RefusedDestination as exc:
             errors.add("target.url", str(exc))
     _choice(errors, "target.method", method, HTTP_METHODS)
@@ -227,12 +244,12 @@ def _simple(errors: Errors, data: dict, fields: dict) -> None:
 def _name_and_description(errors: Errors, data: dict, fields: dict, creating: bool) -> None:
     if "name" in data or creating:
         name = data.get("name")
-        if not isinstance(name, str) or not name.strip():
+        if not isinstance(name, str) or not re.search(NAME_PATTERN, name):
             errors.add("name", "is required")
         elif len(name) > 200:
             errors.add("name", "must be at most 200 characters")
         else:
-            fields["name"] = name.strip()
+            fields["name"] = name.strip(WHITE_SPACE)
     if "description" in data:
         if not isinstance(data["description"], str) or len(data["description"]) > 5000:
             errors.add("description", "must be a string of at most 5000 characters")
@@ -245,7 +262,7 @@ def _depends_on(errors: Errors, data: dict) -> list[int] | None:
         return None
     ids = data["depends_on"]
     if not isinstance(ids, list) or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in ids
+        isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= BIGINT_MAX for i in ids
     ):
         errors.add("depends_on", "must be a list of job ids")
         return None

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import account_views, dag_views, job_views, run_views, views
 
@@ -31,5 +31,5 @@ urlpatterns = [
     path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),
     path("members/", account_views.members, name="members"),
     path("members/<int:user_id>/remove", account_views.member_remove_view, name="member-remove"),
-    path("admin/", account_views.admin_elsewhere, name="admin-elsewhere"),
+    re_path(r"^admin(?:/.*)?$", account_views.admin_elsewhere, name="admin-elsewhere"),
 ]

@@ -28,6 +28,7 @@ from runs.selectors import (
     outcome_counts,
     recent_statuses,
     run_list,
+    with_job_names,
     with_last_run,
 )
 from runs.services import job_trigger
@@ -49,11 +50,7 @@ def schedule_words(job: Job) -> str:
 
 def run_job_names(runs: list) -> None:
     """`run.job_name` and `run.job_deleted` for a list of runs (one query)."""
-    ids = {run.job_id for run in runs}
-    rows = Job.objects.filter(id__in=ids).values_list("id", "name", "deleted_at")
-    names = {i: (name, deleted is not None) for i, name, deleted in rows}
-    for run in runs:
-        run.job_name, run.job_deleted = names.get(run.job_id, (f"job {run.job_id}", True))
+    with_job_names(runs)
 
 
 @portal_view

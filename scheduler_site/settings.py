@@ -90,6 +90,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.SuspendedTenantMiddleware",
+    "scheduler_site.pages.HelpfulNotFoundMiddleware",
 ]
 
 TEMPLATES = [
@@ -317,15 +318,30 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["scheduler_site.api.parsers.CappedJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "scheduler_site.api.schema.ApiAutoSchema",
     "DEFAULT_METADATA_CLASS": None,  # no OPTIONS introspection: the schema is /api/v1/openapi.json
     "EXCEPTION_HANDLER": "scheduler_site.api.problems.problem_exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Tickwork API",
-    "DESCRIPTION": "Jobs, runs, the dead-letter queue and schedule previews of one tenant. "
-    "Errors are application/problem+json (RFC 9457). See docs/api.md.",
+    "DESCRIPTION": (
+        "Jobs, runs, DAG runs, the dead-letter queue, exclusion calendars and schedule "
+        "previews of one tenant.\n\n"
+        "**Authentication:** `Authorization: Bearer <token>` (tokens start with `tw_`; the "
+        "token selects the tenant). Press *Authorize* to try the operations here.\n\n"
+        "**Errors** are `application/problem+json` (RFC 9457): `type`, `title`, `status`, "
+        "`detail`, and for invalid input `errors`, which names each field (nested ones "
+        "dotted: `schedule.cron`, `jobs.517.name`).\n\n"
+        "**Lists** return `{next, results}`: follow `next` until it is null.\n\n"
+        "**Request bodies** are strict: an unknown key, or a value of another JSON type, is "
+        "a 400. Strings must be valid Unicode without NUL characters. A few rules are "
+        "beyond what this schema can state (the fields of a cron expression, an `end` "
+        "after its `start`, calendars and upstream jobs that exist): those are 400s too, "
+        "naming the field.\n\n"
+        "The full guide, with every rule and limit: [the API guide](/api/v1/guide); "
+        "schedules and their DST rules: [schedules](/api/v1/guide/schedules)."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # Ids beyond PostgreSQL's bigint do not match the route (404), so the schema says so.
@@ -333,6 +349,12 @@ SPECTACULAR_SETTINGS = {
         "job_id": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
     },
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "scheduler_site.api.schema.strict_request_bodies",
+        "scheduler_site.api.schema.front_server_limits",
+        "scheduler_site.api.schema.registered_tasks",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from . import console, health, pages
+from .api.views import ApiNotFoundView
 
 admin.site.site_header = "Tickwork operations"
 admin.site.site_title = "Tickwork admin"
@@ -25,6 +26,8 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("api/v1/", include("scheduler_site.api.urls")),
+    # Other paths under /api (no version, another version): problem+json, not a page.
+    re_path(r"^api(/|$)", ApiNotFoundView.as_view(), name="api-not-found"),
     path("", pages.public_home, name="public-home"),
     # Any other path: a helpful page, also with DEBUG on (never Django's debug 404).
     re_path(r"^", pages.public_not_found, name="public-not-found"),

@@ -66,6 +66,25 @@ def _bearer_secret(request: Request) -> str | None:
         raise AuthenticationFailed("Invalid token.") from None
 
 
+def missing_credentials_detail(request: Request) -> str:
+    """Why a request without usable credentials is a 401, in the words a client needs: an
+    `Authorization` header with another scheme (`Token ...`, `Basic ...`) or a bare token
+    is read by no authenticator, and "no credentials" would leave its sender guessing."""
+    parts = get_authorization_header(request).split()
+    if not parts:
+        return "No credentials: send `Authorization: Bearer <token>`."
+    if len(parts) == 1:
+        return (
+            "The Authorization header holds no scheme: it must be `Bearer`, as in "
+            "`Authorization: Bearer <token>`."
+        )
+    scheme = parts[0].decode("ascii", "replace")[:20]
+    return (
+        f"The Authorization scheme must be `Bearer`, not `{scheme}`: send "
+        "`Authorization: Bearer <token>`."
+    )
+
+
 def _enter_token_tenant(request: Request, token: ApiToken) -> None:
     from_domain = domain_tenant(request)
     if from_domain is not None:

@@ -13,8 +13,9 @@ from rest_framework.response import Response
 
 from jobs import calendars
 from jobs.models import ExclusionCalendar
+from scheduler_site.api import examples as ex
 from scheduler_site.api.pagination import KeysetPagination, page_of
-from scheduler_site.api.problems import READ_PROBLEMS, WRITE_PROBLEMS, problem_responses
+from scheduler_site.api.problems import IN_USE, READ_PROBLEMS, WRITE_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
 TAGS = ["calendars"]
@@ -67,15 +68,27 @@ EXAMPLES = [
         "From an iCalendar file",
         {
             "name": "de-holidays",
-            "ics": "BEGIN:VCALENDAR\\r\\nBEGIN:VEVENT\\r\\nDTSTART;VALUE=DATE:20261225\\r\\n"
-            "SUMMARY:Christmas\\r\\nEND:VEVENT\\r\\nEND:VCALENDAR\\r\\n",
+            "ics": "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20261225\r\n"
+            "SUMMARY:Christmas\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n",
         },
         request_only=True,
     ),
 ]
 
 
+CALENDAR = {
+    "name": "holidays",
+    "description": "Public holidays in Berlin",
+    "dates": ["2026-12-25", "2027-01-01"],
+    "ranges": [["2026-12-24", "2026-12-26"]],
+    "jobs": [5, 8],
+    "created_at": "2026-11-20T09:00:46.347306Z",
+    "updated_at": "2026-11-20T09:00:46.347306Z",
+}
+
+
 class CalendarPagination(KeysetPagination):
+    model = ExclusionCalendar
     ordering = ("id",)
 
 
@@ -92,7 +105,12 @@ class CalendarCollectionView(CalendarView):
         operation_id="calendars_list",
         tags=TAGS,
         summary="List exclusion calendars",
+        description=(
+            "The tenant's exclusion calendars (named sets of dates that jobs skip: holidays, "
+            "a change freeze), in the order they were created, with the jobs using each."
+        ),
         parameters=CalendarPagination.parameters(),
+        examples=[ex.answer("A page of calendars", {"next": None, "results": [CALENDAR]})],
         responses={200: page_of(CalendarSerializer), **problem_responses(400, *READ_PROBLEMS)},
     )
     def get(self, request: Request) -> Response:
@@ -106,8 +124,14 @@ class CalendarCollectionView(CalendarView):
         operation_id="calendars_create",
         tags=TAGS,
         summary="Create an exclusion calendar",
+        description=(
+            "A name (unique in the tenant; it is part of the calendar's URL) and its dates: "
+            "`dates` and `ranges` (inclusive), or `ics`, the text of an iCalendar file (its "
+            "events' dates; `timezone` places its date-times). A job lists it by name in "
+            "`schedule.calendars`: slots on its dates are skipped, recorded as `excluded`."
+        ),
         request=CalendarInputSerializer,
-        examples=EXAMPLES,
+        examples=[*EXAMPLES, ex.answer("The calendar created", {**CALENDAR, "jobs": []}, 201)],
         responses={201: CalendarSerializer, **problem_responses(*WRITE_PROBLEMS)},
     )
     def post(self, request: Request) -> Response:
@@ -121,6 +145,8 @@ class CalendarDetailView(CalendarView):
         operation_id="calendars_retrieve",
         tags=TAGS,
         summary="Read an exclusion calendar",
+        description="The calendar's dates and ranges, and the ids of the jobs that use it.",
+        examples=[ex.answer("A calendar", CALENDAR)],
         responses={200: CalendarSerializer, **problem_responses(404, *READ_PROBLEMS)},
     )
     def get(self, request: Request, name: str) -> Response:
@@ -133,6 +159,7 @@ class CalendarDetailView(CalendarView):
         description="New dates apply to every job using the calendar at once: runs already "
         "prepared for slots it now excludes are recorded as skipped (`excluded`) instead.",
         request=CalendarInputSerializer(partial=True),
+        examples=[ex.request("New dates", {"dates": ["2026-12-25", "2026-12-26", "2027-01-01"]})],
         responses={200: CalendarSerializer, **problem_responses(404, *WRITE_PROBLEMS)},
     )
     def patch(self, request: Request, name: str) -> Response:
@@ -146,6 +173,14 @@ class CalendarDetailView(CalendarView):
         tags=TAGS,
         summary="Delete an exclusion calendar",
         description="Refused (409) while jobs use it: remove it from their schedules first.",
+        examples=[
+            ex.problem(
+                "Jobs still use it",
+                409,
+                "jobs 5, 8 use this calendar: remove it from them first",
+                IN_USE,
+            )
+        ],
         responses={204: None, **problem_responses(404, 409, *READ_PROBLEMS)},
     )
     def delete(self, request: Request, name: str) -> Response:

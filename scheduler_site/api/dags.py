@@ -14,7 +14,8 @@ from rest_framework.response import Response
 
 from runs import dag_selectors, states
 from runs.models import DagRun, Run
-from scheduler_site.api.fields import InstantField, query
+from scheduler_site.api import examples as ex
+from scheduler_site.api.fields import InstantField, QueryIntegerField, query
 from scheduler_site.api.pagination import KeysetPagination, page_of
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
@@ -89,7 +90,7 @@ class DagRunDetailSerializer(DagRunSerializer):
 
 
 class DagRunFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(
+    job = QueryIntegerField(
         required=False,
         min_value=1,
         max_value=BIGINT_MAX,
@@ -100,7 +101,20 @@ class DagRunFilterSerializer(serializers.Serializer):
     until = InstantField(required=False, help_text="Started before this instant.")
 
 
+DAG_RUN = {
+    "id": ex.DAG_RUN_ID,
+    "root_job": 1,
+    "root_run": ex.RUN_ID,
+    "trigger": "schedule",
+    "status": "succeeded",
+    "jobs": 2,
+    "started_at": "2026-11-29T01:30:00.011Z",
+    "finished_at": "2026-11-29T01:30:09.540Z",
+}
+
+
 class DagRunPagination(KeysetPagination):
+    model = DagRun
     ordering = ("-started_at", "-id")
 
 
@@ -140,7 +154,14 @@ class DagRunCollectionView(ApiView):
         operation_id="dag_runs_list",
         tags=TAGS,
         summary="List DAG runs, newest first",
+        description=(
+            "A DAG run starts when a job with downstream jobs runs: it covers that job and "
+            "every job below it, and settles when they have all ended. Newest first; filter "
+            "by `job` (its root or any job inside), `status` and a `since`/`until` range of "
+            "`started_at`."
+        ),
         parameters=[DagRunFilterSerializer, *DagRunPagination.parameters()],
+        examples=[ex.answer("A page of DAG runs", {"next": None, "results": [DAG_RUN]})],
         responses={200: page_of(DagRunSerializer), **problem_responses(400, *READ_PROBLEMS)},
     )
     def get(self, request: Request) -> Response:
@@ -161,6 +182,38 @@ class DagRunDetailView(ApiView):
         operation_id="dag_runs_retrieve",
         tags=TAGS,
         summary="Read a DAG run with every job's run in it",
+        description=(
+            "The DAG run's status and each job in it (root first, then upstreams before "
+            "downstreams) with its run, or null while its upstreams have not all succeeded; "
+            "the edges are those of when it started."
+        ),
+        examples=[
+            ex.answer(
+                "A chain, half done",
+                {
+                    **DAG_RUN,
+                    "status": "running",
+                    "finished_at": None,
+                    "nodes": [
+                        {
+                            "job": 1,
+                            "name": "extract",
+                            "deleted": False,
+                            "run": {
+                                "id": ex.RUN_ID,
+                                "status": "succeeded",
+                                "skip_reason": "",
+                                "scheduled_for": "2026-11-29T01:30:00Z",
+                                "started_at": "2026-11-29T01:30:00.011Z",
+                                "finished_at": "2026-11-29T01:30:02.114Z",
+                            },
+                        },
+                        {"job": 2, "name": "load", "deleted": False, "run": None},
+                    ],
+                    "edges": [[1, 2]],
+                },
+            )
+        ],
         responses={200: DagRunDetailSerializer, **problem_responses(404, *READ_PROBLEMS)},
     )
     def get(self, request: Request, dag_run_id: Any) -> Response:

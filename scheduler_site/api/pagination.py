@@ -1,23 +1,22 @@
 """Keyset ("cursor") pagination: `{"next": <url or null>, "results": [...]}`.
 
-The cursor holds the sort key of the last item of the page, so the next page is an index
-range scan from there: no COUNT(*), no OFFSET, and the cost of page 10 000 equals that of
-page 1 (the run history grows to millions of rows). Ties on the first sort field (many runs
+The cursor holds the sort key of the last item of the page (in a shape the schema states as
+a pattern), so the next page is an index range scan from there: no COUNT(*), no OFFSET,
+and the cost of page 10 000 equals that of page 1 (the run history grows to millions of
+rows). Ties on the first sort field (many runs
 share a scheduled instant) are broken by the primary key, so no row is skipped or repeated.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import json
-from datetime import datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from django.db.models import Q, QuerySet
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -26,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from .fields import query
+from .fields import BIGINT_MAX, QueryIntegerField, query
 
 MAX_PAGE_SIZE = 200
 
@@ -35,25 +34,57 @@ def default_page_size() -> int:
     return min(settings.SCHEDULER_API_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
-def _encode(values: list[Any]) -> str:
-    plain = [v.isoformat() if isinstance(v, datetime) else v for v in values]
-    plain = [str(v) if isinstance(v, UUID) else v for v in plain]
-    raw = json.dumps(plain, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+# A cursor is the page's last sort key, field by field, joined with "." (an id in digits, an
+# instant in microseconds since 1970 UTC, a UUID in 32 hex digits): any text of that shape
+# names a position in the list, so the schema's pattern says exactly which cursors the
+# server takes. A number beyond what the column can hold names the position past its end.
+_PARTS = {int: r"[0-9]{1,19}", datetime: r"[0-9]{1,17}", UUID: r"[0-9a-f]{32}"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _decode(cursor: str, fields: list[Any]) -> list[Any]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        values = json.loads(raw)
-        if not isinstance(values, list) or len(values) != len(fields):
-            raise ValueError("wrong shape")
-        decoded = [field.to_python(value) for field, value in zip(fields, values, strict=True)]
-        if any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in decoded):
-            raise ValueError("out of range")
-        return decoded
-    except (ValueError, TypeError, binascii.Error, DjangoValidationError, OverflowError):
-        raise ValidationError({"cursor": ["is not a cursor this list returned"]}) from None
+def _kind(field: Any) -> type:
+    if isinstance(field, models.DateTimeField):
+        return datetime
+    if isinstance(field, models.UUIDField):
+        return UUID
+    if isinstance(field, models.IntegerField | models.AutoField):
+        return int
+    raise TypeError(f"no cursor form for {field!r}")
+
+
+def cursor_pattern(fields: list[Any]) -> str:
+    return "^" + r"\.".join(_PARTS[_kind(f)] for f in fields) + "$"
+
+
+def encode_cursor(values: list[Any]) -> str:
+    parts = []
+    for value in values:
+        if isinstance(value, datetime):
+            delta = value.astimezone(UTC) - _EPOCH
+            parts.append(
+                str((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+            )
+        elif isinstance(value, UUID):
+            parts.append(value.hex)
+        else:
+            parts.append(str(value))
+    return ".".join(parts)
+
+
+def decode_cursor(cursor: str, fields: list[Any]) -> list[Any]:
+    """The sort key a cursor names; a ValidationError on `cursor` if it has another shape."""
+    if not re.fullmatch(cursor_pattern(fields)[1:-1], cursor):
+        raise ValidationError({"cursor": ["is not a cursor this list returned"]})
+    values: list[Any] = []
+    for field, text in zip(fields, cursor.split("."), strict=True):
+        kind = _kind(field)
+        if kind is datetime:
+            values.append(_EPOCH + timedelta(microseconds=int(text)))
+        elif kind is UUID:
+            values.append(UUID(hex=text))
+        else:
+            values.append(min(int(text), BIGINT_MAX))
+    return values
 
 
 def _after(ordering: tuple[str, ...], values: list[Any]) -> Q:
@@ -77,8 +108,10 @@ def _range_start(ordering: tuple[str, ...], values: list[Any]) -> Q:
 
 
 class KeysetPagination(BasePagination):
-    """Subclass with `ordering`: the sort fields, the last one unique (the primary key)."""
+    """Subclass with `model` and `ordering`: the sort fields, the last one unique (the
+    primary key)."""
 
+    model: Any
     ordering: tuple[str, ...] = ("id",)
     cursor_query_param = "cursor"
 
@@ -86,12 +119,12 @@ class KeysetPagination(BasePagination):
         self.next_url: str | None = None
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list:
-        params = query(PageParamsSerializer, request)
+        params = query(self.params_serializer(), request)
         size = params.get("page_size", default_page_size())
         cursor = params.get("cursor")
         model_fields = [queryset.model._meta.get_field(n.lstrip("-")) for n in self.ordering]
         if cursor:
-            values = _decode(cursor, model_fields)
+            values = decode_cursor(cursor, model_fields)
             queryset = queryset.filter(_range_start(self.ordering, values))
             queryset = queryset.filter(_after(self.ordering, values))
         rows = self.fetch(queryset, size + 1)
@@ -99,7 +132,7 @@ class KeysetPagination(BasePagination):
         if more:
             last = [getattr(page[-1], f.attname) for f in model_fields]
             url = request.build_absolute_uri()
-            self.next_url = replace_query_param(url, self.cursor_query_param, _encode(last))
+            self.next_url = replace_query_param(url, self.cursor_query_param, encode_cursor(last))
         return page
 
     def fetch(self, queryset: QuerySet, limit: int) -> list:
@@ -111,16 +144,35 @@ class KeysetPagination(BasePagination):
     @classmethod
     def parameters(cls) -> list[type[serializers.Serializer]]:
         """The query parameters, for extend_schema."""
-        return [PageParamsSerializer]
+        return [cls.params_serializer()]
+
+    @classmethod
+    def params_serializer(cls) -> type[serializers.Serializer]:
+        return _params_serializer(cls.model, cls.ordering)
 
 
-class PageParamsSerializer(serializers.Serializer):
-    cursor = serializers.CharField(required=False, help_text="Opaque: copy it from `next`.")
-    page_size = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=MAX_PAGE_SIZE,
-        help_text="Items per page (default SCHEDULER_API_PAGE_SIZE, 50).",
+@functools.cache
+def _params_serializer(model: Any, ordering: tuple[str, ...]) -> type[serializers.Serializer]:
+    """`cursor` (with the pattern of this list's sort key) and `page_size`."""
+    fields = [model._meta.get_field(name.lstrip("-")) for name in ordering]
+    name = f"{model.__name__}PageParamsSerializer"
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "cursor": serializers.RegexField(
+                cursor_pattern(fields),
+                required=False,
+                error_messages={"invalid": "is not a cursor this list returned"},
+                help_text="Copy it from `next`: the position after the previous page.",
+            ),
+            "page_size": QueryIntegerField(
+                required=False,
+                min_value=1,
+                max_value=MAX_PAGE_SIZE,
+                help_text="Items per page (default SCHEDULER_API_PAGE_SIZE, 50).",
+            ),
+        },
     )
 
 

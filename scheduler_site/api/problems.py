@@ -41,6 +41,12 @@ class TenantSuspendedError(Exception):
 IN_USE = TYPE_BASE + "in-use"
 HAS_DOWNSTREAMS = TYPE_BASE + "has-downstreams"
 Errors = dict[str, list[str]]
+NOT_FOUND_WORDS = {
+    JobNotFound: "No such job in this tenant (or it was deleted).",
+    RunNotFound: "No such run in this tenant.",
+    CalendarNotFound: "No such calendar in this tenant.",
+    DagRunNotFound: "No such DAG run in this tenant.",
+}
 
 
 def problem(
@@ -96,7 +102,7 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return validation_problem({exc.field: [str(exc)]})
     if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | DagRunNotFound | Http404):
         # Ids of other tenants land here too: 404 never confirms that something exists.
-        return problem(404, "No such object.")
+        return problem(404, NOT_FOUND_WORDS.get(type(exc), "No such object."))
     if isinstance(exc, QuotaExceeded):
         return problem(400, str(exc), type_=QUOTA)
     if isinstance(exc, RunStateError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.urls import include, path, re_path, register_converter
 
 from scheduler_site.api.dags import DagRunCollectionView, DagRunDetailView, JobGraphView
+from scheduler_site.api.jobs.bulk import JobBulkView
 from scheduler_site.api.jobs.preview import SchedulePreviewView
 from scheduler_site.api.jobs.views import (
     JobCollectionView,
@@ -27,6 +28,7 @@ from scheduler_site.api.runs.views import (
 
 from .calendars import CalendarCollectionView, CalendarDetailView
 from .fields import BIGINT_MAX
+from .guide import guide
 from .signing import SigningSecretRotateView, SigningSecretView
 from .usage import UsageView
 from .views import ApiNotFoundView, DocsView, SchemaView
@@ -62,6 +64,7 @@ app_name = "api"
 
 endpoints = [
     path("jobs", JobCollectionView.as_view(), name="jobs"),
+    path("jobs/bulk", JobBulkView.as_view(), name="jobs-bulk"),
     path("jobs/<job_id:job_id>", JobDetailView.as_view(), name="job"),
     path("jobs/<job_id:job_id>/pause", JobPauseView.as_view(), name="job-pause"),
     path("jobs/<job_id:job_id>/resume", JobResumeView.as_view(), name="job-resume"),
@@ -93,5 +96,7 @@ urlpatterns = [
         name="openapi",
     ),
     path("docs", DocsView.as_view(), name="docs"),
+    path("guide", guide, name="guide"),
+    path("guide/<slug:name>", guide, name="guide-page"),
     re_path(r"^", ApiNotFoundView.as_view(), name="not-found"),
 ]

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotAuthenticated, NotFound
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from core.clock import Clock, SystemClock
 
-from .authentication import actor_of, leave_token_tenant, tenant_of
+from .authentication import actor_of, leave_token_tenant, missing_credentials_detail, tenant_of
+from .fields import BIGINT_MAX
 from .parsers import check_declared_size
 from .problems import TenantSuspendedError
 
@@ -43,6 +45,13 @@ class ApiView(APIView):
         finally:
             leave_token_tenant(request)
 
+    def permission_denied(
+        self, request: Request, message: str | None = None, code: str | None = None
+    ) -> None:
+        if request.authenticators and not request.successful_authenticator:
+            raise NotAuthenticated(missing_credentials_detail(request))
+        super().permission_denied(request, message, code)
+
     def services_kwargs(self, request: Request) -> dict[str, Any]:
         """What every service action takes: the tenant, who acts, and the clock."""
         return {"tenant": tenant_of(request), "actor": actor_of(request), "clock": self.clock}
@@ -50,13 +59,56 @@ class ApiView(APIView):
 
 @extend_schema(exclude=True)
 class ApiNotFoundView(APIView):
-    """Any other path under /api/v1/: a problem+json 404 rather than an HTML page."""
+    """Any other path under /api/: a problem+json 404 rather than an HTML page, saying what
+    an id looks like when the path is an endpoint's with a malformed id."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        raise NotFound("No such API endpoint; see /api/v1/docs.")
+        raise NotFound(not_found_detail(request.path))
+
+
+API_ROOT = "/api/v1/"
+_ID_SHAPES = (
+    # (a path with an id in it, the object, what its id must look like, an example)
+    (
+        re.compile(r"^jobs/(?P<id>[^/]+)(/(pause|resume|run|backfill|graph))?$"),
+        "job",
+        f"a job id is a whole number from 1 to {BIGINT_MAX}",
+        "jobs/42",
+    ),
+    (
+        re.compile(r"^runs/(?P<id>[^/]+)(/(cancel|replay))?$"),
+        "run",
+        "a run id is a UUID",
+        "runs/01a22689-11d9-754e-8aa1-48ddf05cae1b",
+    ),
+    (
+        re.compile(r"^dag-runs/(?P<id>[^/]+)$"),
+        "DAG run",
+        "a DAG run id is a UUID",
+        "dag-runs/01a22689-11d9-754e-8aa1-48ddf05cae1b",
+    ),
+)
+
+
+def not_found_detail(path: str) -> str:
+    """The 404's detail for a path no endpoint matched (`path` as requested)."""
+    if not path.startswith(API_ROOT):
+        return f"No such API endpoint: the API is under {API_ROOT}; see {API_ROOT}docs."
+    rest = path.removeprefix(API_ROOT)
+    if rest.endswith("/") and rest.strip("/"):
+        return (
+            f"No such API endpoint: API paths have no trailing slash "
+            f"({API_ROOT}{rest.rstrip('/')}); see {API_ROOT}docs."
+        )
+    for pattern, noun, shape, example in _ID_SHAPES:
+        match = pattern.match(rest)
+        if match:
+            shown = match["id"] if len(match["id"]) <= 40 else match["id"][:40] + "..."
+            return f"No such {noun}: {shape} (e.g. {API_ROOT}{example}), not {shown!r}."
+    return f"No such API endpoint; see {API_ROOT}docs."
 
 
 class SchemaView(SpectacularJSONAPIView):

@@ -147,3 +147,57 @@ def test_a_body_over_the_cap_is_a_413(alpha_api: Api):
     assert (response.status_code, response["Content-Type"]) == (413, PROBLEM)
     with pytest.raises(PayloadTooLarge):  # no Content-Length (chunked): the parser counts
         CappedJSONParser().parse(io.BytesIO(b'"' + b"y" * 2000 + b'"'))
+
+
+@pytest.mark.parametrize(
+    ("header", "says"),
+    [
+        ("Token {token}", "must be `Bearer`, not `Token`"),
+        ("{token}", "holds no scheme: it must be `Bearer`"),
+        ("Basic dXNlcjpwYXNz", "must be `Bearer`, not `Basic`"),
+        ("", "No credentials: send `Authorization: Bearer <token>`"),
+    ],
+)
+def test_another_scheme_or_a_bare_token_says_the_scheme_must_be_bearer(live, header, says):
+    headers = {"Authorization": header.format(token=live["alpha"].token)} if header else {}
+    response = Api(None).call("GET", "jobs", headers=headers)
+    assert (response.status_code, response["Content-Type"]) == (401, PROBLEM)
+    assert says in response.json()["detail"]
+    assert response["WWW-Authenticate"] == 'Bearer realm="api"'
+
+
+def test_a_session_on_the_tenant_domain_still_works_beside_another_scheme(live):
+    """The hint is given only when nothing authenticated the request: a browser behind a
+    proxy that sends Basic credentials keeps its dashboard session."""
+    alpha = live["alpha"]
+    client = _session_client(alpha, _get_new_csrf_string())
+    response = client.get("/api/v1/jobs", HTTP_AUTHORIZATION="Basic dXNlcjpwYXNz")
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("jobs/abc", "No such job: a job id is a whole number from 1 to 9223372036854775807"),
+        ("jobs/abc/pause", "a job id is a whole number"),
+        ("jobs/99999999999999999999", "a job id is a whole number"),
+        ("jobs/1.5/graph", "a job id is a whole number"),
+        ("runs/not-a-uuid", "No such run: a run id is a UUID (e.g. /api/v1/runs/01a22689-"),
+        ("runs/123/cancel", "a run id is a UUID"),
+        ("dag-runs/7", "No such DAG run: a DAG run id is a UUID"),
+        ("jobs/", "API paths have no trailing slash (/api/v1/jobs)"),
+        ("jobs/4/nothing", "No such API endpoint; see /api/v1/docs."),
+    ],
+)
+def test_a_malformed_id_is_a_404_that_says_what_an_id_looks_like(alpha_api: Api, path, says):
+    response = alpha_api.get(path)
+    assert (response.status_code, response["Content-Type"]) == (404, PROBLEM)
+    assert says in response.json()["detail"]
+
+
+def test_a_well_formed_unknown_id_is_a_404_naming_the_kind_of_object(alpha_api: Api):
+    job = alpha_api.get("jobs/424242")
+    run = alpha_api.get("runs/01a22689-11d9-754e-8aa1-48ddf05cae1b")
+    assert job.status_code == run.status_code == 404
+    assert job.json()["detail"] == "No such job in this tenant (or it was deleted)."
+    assert run.json()["detail"] == "No such run in this tenant."

@@ -3,8 +3,10 @@ resume; their validation errors and limits."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
+import pytest
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
@@ -36,6 +38,7 @@ JOB_FIELDS = {
     "depends_on",
     "state",
     "paused_reason",
+    "paused_at",
     "fault",
     "next_run_at",
     "last_run",
@@ -297,6 +300,19 @@ def test_delete_is_soft_and_keeps_the_history(alpha_api: Api, live):
         assert Job.objects.get(id=job["id"]).deleted_at is not None
 
 
+def test_a_paused_job_shows_no_next_run_but_since_when_it_is_paused(alpha_api: Api):
+    job = alpha_api.create_job(schedule={"cron": "*/5 * * * *"})
+    assert job["next_run_at"] is not None and job["paused_at"] is None
+    paused = alpha_api.post(f"jobs/{job['id']}/pause").json()
+    assert (paused["state"], paused["next_run_at"]) == ("paused", None)
+    assert paused["paused_at"] is not None
+    listed = alpha_api.get("jobs", state="paused").json()["results"]
+    assert [(j["id"], j["next_run_at"]) for j in listed] == [(job["id"], None)]
+    resumed = alpha_api.post(f"jobs/{job['id']}/resume").json()
+    assert resumed["state"] == "active" and resumed["paused_at"] is None
+    assert resumed["next_run_at"] is not None
+
+
 def test_pause_shows_the_reason_and_resume_clears_it(alpha_api: Api):
     job = alpha_api.create_job()
     paused = alpha_api.post(f"jobs/{job['id']}/pause", {"reason": "maintenance"})
@@ -311,3 +327,107 @@ def test_pause_refuses_unknown_body_fields(alpha_api: Api):
     response = alpha_api.post(f"jobs/{job['id']}/pause", {"reasn": "typo"})
     assert response.status_code == 400
     assert response.json()["errors"] == {"reasn": ["unknown field"]}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/hook",
+        "http://[::1]/",
+        "http://10.1.2.3/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://169.254.10.10/",
+        "http://localhost:9000/",
+    ],
+)
+def test_an_http_target_on_a_refused_address_literal_is_refused_when_saved(alpha_api: Api, url):
+    target = {"type": "http", "url": url}
+    created = alpha_api.post("jobs", {"name": "internal", "schedule": None, "target": target})
+    assert created.status_code == 400
+    assert "which the scheduler does not call" in created.json()["errors"]["target.url"][0]
+    job = alpha_api.create_job(name="fine")
+    edited = alpha_api.patch(f"jobs/{job['id']}", {"target": target})
+    assert edited.status_code == 400 and "target.url" in edited.json()["errors"]
+    assert alpha_api.get(f"jobs/{job['id']}").json()["target"] == job["target"]
+
+
+def test_an_allowed_network_may_be_saved_and_a_name_is_left_to_send_time(alpha_api: Api):
+    with override_settings(SCHEDULER_HTTP_ALLOW_NETWORKS=["127.0.0.0/8"]):
+        local = {"type": "http", "url": "http://127.0.0.1:8080/hook"}
+        assert (
+            alpha_api.post("jobs", {"name": "l", "schedule": None, "target": local}).status_code
+            == 201
+        )
+    named = {"type": "http", "url": "https://hooks.example.com/x"}
+    assert (
+        alpha_api.post("jobs", {"name": "n", "schedule": None, "target": named}).status_code == 201
+    )
+
+
+def test_the_fast_job_json_equals_the_declared_serializer_for_every_kind_of_job(
+    alpha_api: Api, live
+):
+    """JobSerializer renders through `job_json` (fast); its declared fields (the schema)
+    must render exactly the same for every shape a job can take."""
+    from jobs.selectors import with_relation_ids
+    from runs.selectors import with_last_run
+    from scheduler_site.api.jobs.serializers import JobSerializer, job_json
+
+    # Calendars outlive the tests' truncation of jobs and runs: names of this run's own.
+    holidays, freeze = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("holidays", "freeze"))
+    for name in (holidays, freeze):
+        created = alpha_api.post("calendars", {"name": name, "dates": ["2026-12-25"]})
+        assert created.status_code == 201, created.content
+    http = {"type": "http", "url": "https://example.com/h", "headers": {"X-A": "1"}}
+    jobs = [
+        alpha_api.create_job(schedule={"cron": "H 9 * * 1-5", "timezone": "Europe/Berlin"}),
+        alpha_api.create_job(
+            schedule={
+                "specs": [{"cron": "0 9 * * *"}, {"cron": "0 12 * * 6"}],
+                "calendars": [holidays, freeze],
+            },
+            target=http,
+            payload={"b": 1, "a": [1, 2]},
+        ),
+        alpha_api.create_job(
+            schedule={"interval_seconds": 600, "end": "2099-01-01T00:00:00Z"},
+            retry={"max_attempts": 5, "backoff_seconds": 2},
+        ),
+        alpha_api.create_job(schedule={"at": "2099-12-24T18:00", "timezone": "Europe/Berlin"}),
+    ]
+    jobs.append(alpha_api.create_job(name="downstream", depends_on=[jobs[0]["id"], jobs[2]["id"]]))
+    alpha_api.post(f"jobs/{jobs[1]['id']}/pause", {"reason": "maintenance"})
+    from .test_runs import make_run
+
+    make_run(live["alpha"].tenant, jobs[0]["id"], minutes_ago=3)
+    make_run(live["alpha"].tenant, jobs[2]["id"], status="running", minutes_ago=1)
+    with schema_context(live["alpha"].schema):
+        Job.objects.filter(id=jobs[3]["id"]).update(
+            fault_code="invalid_timezone", fault_detail="gone", faulted_at=timezone.now()
+        )
+        rows = with_last_run(with_relation_ids(Job.objects.all()), timezone.now()).order_by("id")
+        for job in rows:
+            assert job_json(job) == JobSerializer().declared_representation(job), job.name
+    shown = {j["id"]: j for j in alpha_api.get("jobs").json()["results"]}
+    assert shown[jobs[1]["id"]]["schedule"]["calendars"] == [freeze, holidays]
+    assert shown[jobs[4]["id"]]["depends_on"] == sorted([jobs[0]["id"], jobs[2]["id"]])
+    assert shown[jobs[0]["id"]]["last_run"]["status"] == "succeeded"
+
+
+def test_create_shows_the_job_as_a_read_would(alpha_api: Api):
+    """POST /jobs renders the job it wrote without reading it back: the same as GET."""
+    calendar = f"holidays-{uuid.uuid4().hex[:8]}"
+    assert (
+        alpha_api.post("calendars", {"name": calendar, "dates": ["2026-12-25"]}).status_code == 201
+    )
+    upstream = alpha_api.create_job(name="up")
+    for body in (
+        {
+            "schedule": {"cron": "*/5 * * * *", "calendars": [calendar]},
+            "payload": {"z": 1, "a": 2},
+        },
+        {"schedule": None, "depends_on": [upstream["id"]]},
+        {"schedule": {"interval_seconds": 3600, "start_at": "2026-01-01T00:00:00+01:00"}},
+    ):
+        created = alpha_api.create_job(name="shown", **body)
+        assert created == alpha_api.get(f"jobs/{created['id']}").json()

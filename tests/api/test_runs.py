@@ -17,6 +17,8 @@ from .conftest import Api
 RUN_FIELDS = {
     "id",
     "job",
+    "job_name",
+    "job_deleted",
     "trigger",
     "status",
     "scheduled_for",
@@ -271,3 +273,19 @@ def test_a_running_run_shows_its_attempt_in_progress(alpha_api: Api, live):
     [attempt] = alpha_api.get(f"runs/{run.id}").json()["attempts"]
     assert (attempt["number"], attempt["outcome"], attempt["worker"]) == (1, "running", "w7")
     assert attempt["finished_at"] is None
+
+
+def test_runs_of_a_deleted_job_show_its_name_marked_deleted(alpha_api: Api, live):
+    job = alpha_api.create_job(name="retired-report")
+    kept = alpha_api.create_job(name="still-here")
+    run = make_run(live["alpha"].tenant, job["id"], minutes_ago=5)
+    make_run(live["alpha"].tenant, kept["id"], minutes_ago=1)
+    assert alpha_api.delete(f"jobs/{job['id']}").status_code == 204
+    one = alpha_api.get(f"runs/{run.id}").json()
+    assert (one["job"], one["job_name"], one["job_deleted"]) == (job["id"], "retired-report", True)
+    for params in ({}, {"job": job["id"]}, {"status": "succeeded"}):
+        listed = alpha_api.get("runs", **params).json()["results"]
+        shown = {(r["job_name"], r["job_deleted"]) for r in listed}
+        assert ("retired-report", True) in shown, params
+        if not params.get("job"):
+            assert ("still-here", False) in shown

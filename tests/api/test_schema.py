@@ -57,8 +57,11 @@ def test_every_operation_needs_a_bearer_token_and_documents_problem_errors(schem
             assert {"bearerAuth": []} in operation["security"], (method, path)
             errors = {code: r for code, r in operation["responses"].items() if code >= "400"}
             assert "401" in errors, (method, path)
-            for response in errors.values():
-                assert list(response["content"]) == ["application/problem+json"], (method, path)
+            # The web server's own refusals (414, 431) are HTML; the application's problems.
+            assert {"414", "431"} <= set(errors), (method, path)
+            for code, response in errors.items():
+                media = ["text/html"] if code in ("414", "431") else ["application/problem+json"]
+                assert list(response["content"]) == media, (method, path, code)
 
 
 def test_job_input_and_output_shapes_are_described(schema: dict):
@@ -111,9 +114,9 @@ def _checks() -> list:
     from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi import checks
 
-    # Not positive_data_acceptance: the schema cannot say everything the service checks
-    # (a cron expression's fields, a cursor this API issued), so a schema-valid request
-    # may rightly be a 400.
+    # Not positive_data_acceptance: a schema-valid request may rightly be a 400 for a rule
+    # JSON Schema cannot state (a cron expression's fields, an end after its start).
+    # test_fuzz_cli.py runs every check, with tests/api/fuzz_hooks.py saying which.
     return [
         not_a_server_error,
         checks.status_code_conformance,
@@ -174,3 +177,55 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(api_schema, live
             failures[operation.label] = failure
     print(f"\nschemathesis: {total} cases, {time.monotonic() - started:.1f}s")
     assert not failures, "\n\n".join(f"{label}: {exc}" for label, exc in failures.items())
+
+
+def _operations(schema: dict):
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            yield f"{method.upper()} {path}", operation
+
+
+def _examples(operation: dict) -> list[str]:
+    found = []
+    for content in operation.get("requestBody", {}).get("content", {}).values():
+        found += list(content.get("examples", {}))
+    for response in operation["responses"].values():
+        for content in (response.get("content") or {}).values():
+            found += list(content.get("examples", {}))
+    return found
+
+
+def test_every_operation_has_a_summary_a_description_for_users_and_an_example(schema: dict):
+    """No view's docstring (a note for maintainers) leaks into the docs."""
+    from scheduler_site.api import urls
+
+    notes = {
+        " ".join(view.__doc__.split())
+        for pattern in urls.endpoints
+        for view in [getattr(pattern.callback, "view_class", None)]
+        if view is not None
+        for view in view.__mro__
+        if view.__doc__
+    }
+    operations = dict(_operations(schema))
+    assert len(operations) >= 26
+    for label, operation in operations.items():
+        assert operation.get("summary"), label
+        description = " ".join(operation.get("description", "").split())
+        assert len(description) >= 60, label
+        assert description not in notes, label
+        assert _examples(operation), label
+
+
+def test_the_docs_header_links_to_the_guide_page_which_a_browser_opens(schema: dict, live):
+    description = schema["info"]["description"]
+    assert "](/api/v1/guide)" in description and "docs/api.md" not in description
+    page = Client().get("/api/v1/guide")
+    assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
+    html = page.content.decode()
+    assert "<h1>REST API v1</h1>" in html and "<table>" in html
+    assert 'href="/api/v1/guide/schedules"' in html  # the other guide, served here too
+    assert 'href="schedules.md"' not in html and 'href="benchmarks.md' not in html
+    schedules = Client(HTTP_HOST=live["alpha"].domain).get("/api/v1/guide/schedules")
+    assert schedules.status_code == 200 and "<h1>" in schedules.content.decode()
+    assert Client().get("/api/v1/guide/nope").status_code == 404

@@ -371,11 +371,13 @@ def test_http_500_is_retried_then_dead_then_replayed(live, redis_client, receive
 
 
 def test_http_target_on_a_refused_address_is_dead_and_never_contacted(live, redis_client, receiver):
+    """The job was saved while the operators allowed loopback (the save-time check passed);
+    at run time they no longer do."""
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
-    run = _trigger(
-        alpha, clock, _http_job(alpha, clock, receiver.url("/x"), retry={"max_attempts": 5})
-    )
+    with override_settings(SCHEDULER_HTTP_ALLOW_NETWORKS=["127.0.0.0/8"]):
+        job = _http_job(alpha, clock, receiver.url("/x"), retry={"max_attempts": 5})
+    run = _trigger(alpha, clock, job)
     assert _execute(alpha, run.id, 1, clock) == states.DEAD
     assert "refused destination" in _run(alpha, run.id).error
     assert receiver.requests == []

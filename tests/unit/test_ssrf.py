@@ -10,6 +10,7 @@ import pytest
 from core.ssrf import (
     Destination,
     RefusedDestination,
+    check_saved_url,
     check_url_syntax,
     parse_allow_networks,
     refused_reason,
@@ -274,3 +275,33 @@ def test_parse_allow_networks_accepts_strings_and_sequences():
 def test_bad_cidr_in_allow_list_is_a_value_error_naming_it(bad):
     with pytest.raises(ValueError, match=rf"'{bad}'.*not a valid network"):
         parse_allow_networks(f"127.0.0.1/32,{bad}")
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:8080/hook", "loopback"),
+        ("http://[::1]/", "loopback"),
+        ("http://2130706433/", "loopback"),  # 127.0.0.1 in another number form
+        ("http://10.0.0.5/", "private_address"),
+        ("http://[::ffff:192.168.1.1]/", "private_address"),
+        ("http://169.254.169.254/latest/meta-data/", "metadata"),
+        ("http://169.254.1.1/", "link_local"),
+        ("http://localhost:9000/", "loopback"),
+        ("http://api.localhost/", "loopback"),
+    ],
+)
+def test_a_saved_url_with_a_refused_literal_host_is_refused_with_its_reason(url, reason):
+    with pytest.raises(RefusedDestination) as refused:
+        check_saved_url(url, allow=())
+    assert refused.value.reason == reason
+    assert "which the scheduler does not call" in str(refused.value)
+
+
+def test_a_saved_url_with_a_name_is_not_resolved_and_an_allowed_literal_passes():
+    assert check_saved_url("https://db.internal.example/x", allow=())[1] == "db.internal.example"
+    loopback = parse_allow_networks("127.0.0.0/8,::1/128")
+    assert check_saved_url("http://127.0.0.1:81/", allow=loopback)[1] == "127.0.0.1"
+    assert check_saved_url("http://localhost/", allow=loopback)[1] == "localhost"
+    with pytest.raises(RefusedDestination):  # localhost is ::1 too, which this list refuses
+        check_saved_url("http://localhost/", allow=parse_allow_networks("127.0.0.0/8"))

@@ -11,11 +11,18 @@ from rest_framework.response import Response
 
 from jobs.preview import MAX_COUNT, preview, schedule_preview
 from jobs.schedules import DST_GAP_CHOICES, DST_REPEAT_CHOICES, MAX_INTERVAL_SECONDS, ScheduleError
-from scheduler_site.api.fields import InstantField, query, validated
+from scheduler_site.api import examples as ex
+from scheduler_site.api.fields import (
+    InstantField,
+    QueryIntegerField,
+    StrictSerializer,
+    query,
+    validated,
+)
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
 
-from .schedule_shapes import ScheduleInputField
+from .schedule_shapes import CronField, ScheduleInputField, TimeZoneField
 
 # ScheduleError.field -> the query parameter to blame; the cron fields (minute, hour, ...)
 # belong to `cron`, and the message names the field.
@@ -28,20 +35,20 @@ PARAMETER_OF = {
 
 
 class PreviewQuerySerializer(serializers.Serializer):
-    cron = serializers.CharField(
+    cron = CronField(
         required=False,
         max_length=200,
         help_text="A cron expression (give this or interval_seconds).",
     )
-    timezone = serializers.CharField(required=False, default="UTC", max_length=64)
-    interval_seconds = serializers.IntegerField(
+    timezone = TimeZoneField(required=False, default="UTC", max_length=64)
+    interval_seconds = QueryIntegerField(
         required=False, min_value=1, max_value=MAX_INTERVAL_SECONDS
     )
     start = InstantField(
         required=False,
         help_text="List fire times after this (default now); an interval is anchored here.",
     )
-    count = serializers.IntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
+    count = QueryIntegerField(required=False, default=10, min_value=1, max_value=MAX_COUNT)
     dst_gap = serializers.ChoiceField(choices=DST_GAP_CHOICES, required=False, default="shift")
     dst_repeat = serializers.ChoiceField(
         choices=DST_REPEAT_CHOICES, required=False, default="first"
@@ -63,7 +70,7 @@ class PreviewSerializer(serializers.Serializer):
     )
 
 
-class PreviewBodySerializer(serializers.Serializer):
+class PreviewBodySerializer(StrictSerializer):
     schedule = ScheduleInputField(
         help_text="As in a job: `cron`, `specs`, `interval_seconds` or `at`, "
         "with `start`, `end` and `calendars`."
@@ -101,7 +108,27 @@ class SchedulePreviewView(ApiView):
         operation_id="schedule_preview",
         tags=["schedule"],
         summary="Preview a schedule's next fire times",
+        description=(
+            "Before creating a job: `cron` (with `timezone`, and the DST policies) or "
+            "`interval_seconds`, and the next `count` fire times after `start` (default now), "
+            "each with the zone's UTC offset at that instant. `H` fields resolve with the "
+            "fixed seed `preview`; a job gets its own. An invalid expression is a 400 naming "
+            "the parameter and the cron field."
+        ),
         parameters=[PreviewQuerySerializer],
+        examples=[
+            ex.answer(
+                "02:30 in Berlin across the spring change",
+                {
+                    "description": "At 02:30 (Europe/Berlin)",
+                    "next": [
+                        "2026-03-28T02:30:00+01:00",
+                        "2026-03-29T03:00:00+02:00",
+                        "2026-03-30T02:30:00+02:00",
+                    ],
+                },
+            )
+        ],
         responses={200: PreviewSerializer, **problem_responses(400, *READ_PROBLEMS)},
     )
     def get(self, request: Request) -> Response:
@@ -135,6 +162,32 @@ class SchedulePreviewView(ApiView):
         "slots the leader would materialise, each marked firing or skipped and flagged on a "
         "DST transition day.",
         request=PreviewBodySerializer,
+        examples=[
+            ex.request(
+                "Two cron specs with a calendar",
+                {
+                    "schedule": {
+                        "specs": [{"cron": "0 9 * * 1-5"}, {"cron": "0 12 * * 6"}],
+                        "timezone": "Europe/Berlin",
+                    },
+                    "after": "2026-03-27T12:00:00Z",
+                    "count": 3,
+                },
+            ),
+            ex.answer(
+                "The slots",
+                {
+                    "description": "At 09:00, Monday through Friday (Europe/Berlin) and at "
+                    "12:00, only on Saturday (Europe/Berlin)",
+                    "timezone": "Europe/Berlin",
+                    "slots": [
+                        {"at": "2026-03-28T12:00:00+01:00", "skip_reason": None, "dst_day": False},
+                        {"at": "2026-03-30T09:00:00+02:00", "skip_reason": None, "dst_day": False},
+                        {"at": "2026-03-31T09:00:00+02:00", "skip_reason": None, "dst_day": False},
+                    ],
+                },
+            ),
+        ],
         responses={200: SlotsPreviewSerializer, **problem_responses(400, *READ_PROBLEMS)},
     )
     def post(self, request: Request) -> Response:

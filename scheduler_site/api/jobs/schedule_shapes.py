@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiExample, PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from jobs.models import Job
-from jobs.schedule_fields import job_calendars, schedule_of
-from jobs.schedule_input import schedule_as_input
-from jobs.schedules import MAX_INTERVAL_SECONDS, describe
+from jobs.schedule_fields import schedule_of
+from jobs.schedule_input import MAX_SPECS, schedule_as_input
+from jobs.schedules import MAX_INTERVAL_SECONDS, ExclusionCalendar, describe
+from scheduler_site.api.fields import INSTANT_PATTERN
 
 CRON_HELP = (
     "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first when "
@@ -21,11 +23,28 @@ CRON_HELP = (
 )
 
 
+@extend_schema_field({"type": "string", "format": "cron", "maxLength": 200})
+class CronField(serializers.CharField):
+    """A cron expression (a custom format: what it may hold is CRON_HELP's)."""
+
+
+@extend_schema_field({"type": "string", "format": "time-zone", "maxLength": 64})
+class TimeZoneField(serializers.CharField):
+    """An IANA time zone name (a custom format: the zones of the server's tz database)."""
+
+
+@extend_schema_field(
+    {"type": "string", "format": "date-time", "pattern": INSTANT_PATTERN, "nullable": True}
+)
+class OptionalInstantField(serializers.DateTimeField):
+    """An instant with an offset, or null (the same as leaving it out)."""
+
+
 class _Common(serializers.Serializer):
-    start = serializers.DateTimeField(
+    start = OptionalInstantField(
         required=False, help_text="No slot before this instant (inclusive)."
     )
-    end = serializers.DateTimeField(
+    end = OptionalInstantField(
         required=False, help_text="No slot from this instant on (exclusive)."
     )
     calendars = serializers.ListField(
@@ -37,32 +56,32 @@ class _Common(serializers.Serializer):
 
 
 class CronSpecSerializer(serializers.Serializer):
-    cron = serializers.CharField(max_length=200, help_text=CRON_HELP)
-    timezone = serializers.CharField(required=False, help_text="An IANA time zone name.")
+    cron = CronField(max_length=200, help_text=CRON_HELP)
+    timezone = TimeZoneField(required=False, help_text="An IANA time zone name.")
 
 
 class CronScheduleInputSerializer(_Common):
-    cron = serializers.CharField(max_length=200, help_text=CRON_HELP)
-    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
+    cron = CronField(max_length=200, help_text=CRON_HELP)
+    timezone = TimeZoneField(default="UTC", help_text="An IANA time zone name.")
 
 
 class SpecsScheduleInputSerializer(_Common):
-    specs = CronSpecSerializer(
-        many=True,
+    specs = serializers.ListField(
+        child=CronSpecSerializer(),
+        min_length=1,
+        max_length=MAX_SPECS,
         help_text="Several cron specs: the job fires on their union, an instant two share once.",
     )
-    timezone = serializers.CharField(
-        default="UTC", help_text="The zone of the specs that give none."
-    )
+    timezone = TimeZoneField(default="UTC", help_text="The zone of the specs that give none.")
 
 
 class IntervalScheduleInputSerializer(_Common):
     interval_seconds = serializers.IntegerField(
-        min_value=1,
+        min_value=settings.SCHEDULER_MIN_INTERVAL_SECONDS,
         max_value=MAX_INTERVAL_SECONDS,
         help_text="At least SCHEDULER_MIN_INTERVAL_SECONDS (60 by default).",
     )
-    start_at = serializers.DateTimeField(
+    start_at = OptionalInstantField(
         required=False,
         help_text="The anchor: fire times are start_at + k * interval_seconds (default: "
         "`start`, else now).",
@@ -75,7 +94,7 @@ class AtScheduleInputSerializer(_Common):
         "`completed`. A time in a DST gap follows dst_gap; a repeated one fires at its first "
         "occurrence (dst_repeat `last`: the second)."
     )
-    timezone = serializers.CharField(default="UTC", help_text="An IANA time zone name.")
+    timezone = TimeZoneField(default="UTC", help_text="An IANA time zone name.")
 
 
 SCHEDULE_INPUT = PolymorphicProxySerializer(
@@ -136,10 +155,13 @@ class ScheduleSerializer(serializers.Serializer):
 
 
 def schedule_json(job: Job) -> dict[str, Any] | None:
-    calendars = job_calendars(job)
-    out = schedule_as_input(job, sorted(c.name for c in calendars))
+    """`job` carries `calendar_names` (jobs.selectors.with_relation_ids)."""
+    names = sorted(job.calendar_names)
+    out = schedule_as_input(job, names)
     if out is None:
         return None
+    # The words name the calendars; their dates do not count, so none are read.
+    calendars = [ExclusionCalendar(name, ()) for name in names]
     try:
         words = describe(schedule_of(job, calendars))
     except (ValueError, TypeError):  # a row the scheduler parked: say why instead

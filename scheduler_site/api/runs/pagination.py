@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet, prefetch_related_objects
 
-from runs.selectors import RUN_ORDER, newest_runs
+from runs.models import Run
+from runs.selectors import RUN_ORDER, newest_runs, with_job_names
 from scheduler_site.api.pagination import KeysetPagination
 
 
@@ -12,6 +13,7 @@ class RunPagination(KeysetPagination):
     """`by_status`: the list has no job or status filter, so fetch it status by status
     (runs.selectors.newest_runs) to stay on an index."""
 
+    model = Run
     ordering = RUN_ORDER
 
     def __init__(self, *, by_status: bool = False) -> None:
@@ -20,7 +22,7 @@ class RunPagination(KeysetPagination):
 
     def fetch(self, queryset: QuerySet, limit: int) -> list:
         if self.by_status:
-            return newest_runs(queryset, limit)
+            return with_job_names(newest_runs(queryset, limit))
         rows = super().fetch(queryset, limit)
         prefetch_related_objects(rows, "attempts")
-        return rows
+        return with_job_names(rows)

@@ -6,7 +6,13 @@ from rest_framework import serializers
 
 from runs import states
 from runs.models import Attempt, Run
-from scheduler_site.api.fields import BIGINT_MAX, InstantField, StrictSerializer
+from scheduler_site.api.fields import (
+    BIGINT_MAX,
+    InstantField,
+    QueryIntegerField,
+    StrictSerializer,
+    StrictUUIDField,
+)
 
 MAX_BULK_REPLAY = 1000
 
@@ -26,6 +32,10 @@ class RunSerializer(serializers.Serializer):
 
     id = serializers.UUIDField()
     job = serializers.IntegerField(source="job_id")
+    job_name = serializers.CharField(help_text="The job's name (also once it is deleted).")
+    job_deleted = serializers.BooleanField(
+        help_text="The job is deleted: the run stays in the history."
+    )
     trigger = serializers.ChoiceField(choices=Run.Trigger.values)
     status = serializers.ChoiceField(choices=states.ALL)
     scheduled_for = serializers.DateTimeField(help_text="The nominal instant.")
@@ -57,7 +67,7 @@ class BackfillResultSerializer(serializers.Serializer):
 
 class BulkReplaySerializer(StrictSerializer):
     run_ids = serializers.ListField(
-        child=serializers.UUIDField(), min_length=1, max_length=MAX_BULK_REPLAY
+        child=StrictUUIDField(), min_length=1, max_length=MAX_BULK_REPLAY
     )
 
 
@@ -70,7 +80,7 @@ class BulkReplayResultSerializer(serializers.Serializer):
 
 
 class RunFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    job = QueryIntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
     status = serializers.ChoiceField(choices=states.ALL, required=False)
     trigger = serializers.ChoiceField(choices=Run.Trigger.values, required=False)
     since = InstantField(required=False, help_text="scheduled_for at or after this instant.")
@@ -78,4 +88,4 @@ class RunFilterSerializer(serializers.Serializer):
 
 
 class DlqFilterSerializer(serializers.Serializer):
-    job = serializers.IntegerField(required=False, min_value=1, max_value=BIGINT_MAX)
+    job = QueryIntegerField(required=False, min_value=1, max_value=BIGINT_MAX)

@@ -67,8 +67,24 @@ class SigningSecretView(ApiView):
         operation_id="signing_secret_retrieve",
         tags=TAGS,
         summary="Describe the webhook signing secret",
-        description="Never the secret itself: rotate to obtain a new one.",
+        description=(
+            "How the tenant's HTTP deliveries are signed (Standard Webhooks), the secret's "
+            "version and age, and until when the previous secret still signs beside it. "
+            "Never the secret itself: rotate to obtain a new one."
+        ),
         responses={200: SigningSecretSerializer, **problem_responses(*READ_PROBLEMS)},
+        examples=[
+            OpenApiExample(
+                "During a rotation's overlap",
+                {
+                    "scheme": "standard-webhooks-v1",
+                    "version": 2,
+                    "created_at": "2026-12-01T09:00:00Z",
+                    "previous_expires_at": "2026-12-02T09:00:00Z",
+                },
+                response_only=True,
+            )
+        ],
     )
     def get(self, request: Request) -> Response:
         return Response(_json(signing_secret_info(tenant=tenant_of(request), now=self.clock.now())))
@@ -83,7 +99,20 @@ class SigningSecretRotateView(ApiView):
         "previous one keeps signing for `overlap_seconds` (both signatures are sent), so that "
         "receivers can switch without refusing a delivery.",
         request=RotateSerializer,
-        examples=[OpenApiExample("A day of overlap", {"overlap_seconds": 86400})],
+        examples=[
+            OpenApiExample("A day of overlap", {"overlap_seconds": 86400}, request_only=True),
+            OpenApiExample(
+                "The new secret, shown once",
+                {
+                    "scheme": "standard-webhooks-v1",
+                    "version": 3,
+                    "created_at": "2026-12-01T09:00:00Z",
+                    "previous_expires_at": "2026-12-02T09:00:00Z",
+                    "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                },
+                response_only=True,
+            ),
+        ],
         responses={200: RotatedSigningSecretSerializer, **problem_responses(*WRITE_PROBLEMS)},
     )
     def post(self, request: Request) -> Response:

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from jobs import selectors, services
 from jobs.models import Job
 from runs import services as run_services
+from runs import states
 from runs.selectors import run_get, with_job_names, with_last_run
 from scheduler_site.api import examples as ex
 from scheduler_site.api.fields import query, validated
@@ -263,7 +264,7 @@ class JobTriggerView(JobView):
         examples=[
             ex.request("With a payload of its own", {"payload": {"version": "1.4.2"}}),
             ex.request("With the job's payload", {}),
-            ex.answer("The run", {**ex.RUN, "trigger": "manual", "status": "scheduled"}, 202),
+            ex.answer("The run", {**ex.RUN, "trigger": "manual", "status": states.SCHEDULED}, 202),
         ],
         parameters=[IDEMPOTENCY_KEY, *TRIGGER_HEADERS],
         responses={

@@ -70,3 +70,9 @@ def workers_key() -> str:
     """Sorted set: member `<host>:<pid>:<slots>` of each live worker, score = when its
     registration expires (epoch s); the leader sums the slots into the broker watermark."""
     return _key("workers")
+
+
+def metrics_leader_key() -> str:
+    """Hash: the leaders' counters and histogram buckets (core/metrics.py), each leader
+    adding what it recorded; read by the web's /metrics. A flush only loses history."""
+    return _key("metrics", "leader")

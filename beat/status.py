@@ -90,6 +90,11 @@ def _overdue(now: datetime) -> dict:
     }
 
 
+def overdue_work(now: datetime) -> dict:
+    """Due work not yet fired, over every tenant (for /metrics; see `_overdue`)."""
+    return _overdue(now)
+
+
 def tenant_usage_rows(now: datetime) -> list[dict]:
     """Per tenant: its quota and weight, runs in flight and waiting, the oldest wait, and
     fire and start lag over the last five minutes (PostgreSQL's figures)."""

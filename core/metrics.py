@@ -25,8 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from django.conf import settings
-from prometheus_client import Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from .keys import metrics_leader_key
 
@@ -35,6 +40,9 @@ LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 
 ITERATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 HTTP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+# `_created` samples cannot be added up across processes and leaders; rate() needs none.
+disable_created_metrics()
 
 OTHER_TENANTS = "other"
 ALL_TENANTS = "all"
@@ -212,9 +220,17 @@ class RedisMetrics:
     def families(self, raw: Mapping[bytes | str, bytes | str]) -> list[Metric]:
         """The metric families in a hash as Redis returns it (`HGETALL`)."""
         values: dict[str, dict[tuple, dict]] = defaultdict(lambda: defaultdict(dict))
+        flushed: list[Metric] = []
         for field, value in raw.items():
             field = field.decode() if isinstance(field, bytes) else field
-            if field.startswith("_"):
+            if field == "_flushed_at":
+                flushed.append(
+                    GaugeMetricFamily(
+                        "tickwork_leader_last_flush_timestamp_seconds",
+                        "When a leader last added its figures (Unix time); about every second.",
+                        value=float(value),
+                    )
+                )
                 continue
             try:
                 name, labels, part, le = json.loads(field)
@@ -222,7 +238,10 @@ class RedisMetrics:
                 continue
             if name in self.specs:
                 values[name][tuple(map(tuple, labels))][(part, le)] = float(value)
-        return [self._family(self.specs[n], series) for n, series in sorted(values.items())]
+        return [
+            *(self._family(self.specs[n], series) for n, series in sorted(values.items())),
+            *flushed,
+        ]
 
     def _family(self, spec: Spec, series: dict[tuple, dict]) -> Metric:
         if spec.kind == "counter":

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 
 from . import console, health, pages
+from .metrics.views import metrics
 
 admin.site.site_header = "Tickwork operations"
 admin.site.site_title = "Tickwork admin"
@@ -24,6 +25,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("api/v1/", include("scheduler_site.api.urls")),
     path("", pages.public_home, name="public-home"),
     # Any other path: a helpful page, also with DEBUG on (never Django's debug 404).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -178,24 +179,50 @@ class RedisMetrics:
     def __init__(self, specs: Iterable[Spec]) -> None:
         self.specs = {spec.name: spec for spec in specs}
         self._pending: dict[str, float] = defaultdict(float)
+        self._fields: dict[tuple, str] = {}  # (name, labels, part, le) -> the hash field
         self._lock = threading.Lock()
 
     def inc(self, name: str, amount: float = 1, **labels: str) -> None:
         if amount:
+            field = self._field(name, labels, "total")
             with self._lock:
-                self._pending[_field(name, labels, "total")] += amount
+                self._pending[field] += amount
 
     def observe(self, name: str, value: float, **labels: str) -> None:
         self.observe_many(name, [value], **labels)
 
     def observe_many(self, name: str, values: Iterable[float], **labels: str) -> None:
+        """Counted into buckets here, then one update per bucket: the leader records every
+        run it publishes (tens of thousands a second), so a value costs a bisect."""
         buckets = self.specs[name].buckets
+        counts = [0] * (len(buckets) + 1)
+        total, n = 0.0, 0
+        for value in values:
+            counts[bisect_left(buckets, value)] += 1  # the first bound >= value (le)
+            total += value
+            n += 1
+        if not n:
+            return
+        bounds = (*buckets, float("inf"))
+        updates = [
+            (self._field(name, labels, "bucket", bounds[i]), c) for i, c in enumerate(counts) if c
+        ]
+        updates += [
+            (self._field(name, labels, "sum"), total),
+            (self._field(name, labels, "count"), n),
+        ]
         with self._lock:
-            for value in values:
-                le = next((b for b in buckets if value <= b), float("inf"))
-                self._pending[_field(name, labels, "bucket", le)] += 1
-                self._pending[_field(name, labels, "sum")] += value
-                self._pending[_field(name, labels, "count")] += 1
+            for field, amount in updates:
+                self._pending[field] += amount
+
+    def _field(
+        self, name: str, labels: Mapping[str, str], part: str, le: float | None = None
+    ) -> str:
+        key = (name, tuple(sorted(labels.items())), part, le)
+        field = self._fields.get(key)
+        if field is None:
+            field = self._fields[key] = json.dumps([name, list(key[1]), part, le])
+        return field
 
     def flush(self, client, *, at: float | None = None) -> int:
         """Add what was recorded since the last flush; kept for the next one if Redis
@@ -259,10 +286,6 @@ class RedisMetrics:
                 _label_values(spec, labels), buckets, sum_value=parts.get(("sum", None), 0.0)
             )
         return family
-
-
-def _field(name: str, labels: Mapping[str, str], part: str, le: float | None = None) -> str:
-    return json.dumps([name, sorted(labels.items()), part, le])
 
 
 def _label_values(spec: Spec, labels: tuple) -> list[str]:

@@ -28,7 +28,7 @@ from core.logs import log_event
 from .engine import Engine, EngineConfig
 from .fenced import FencedRedis
 from .lease import Lease, LeaseLost, process_identity
-from .metrics import iteration_done
+from .metrics import announce, iteration_done
 from .session import bounded_leader_session
 from .store import FencingError
 
@@ -176,6 +176,7 @@ class SchedulerProcess:
 
     def run_once(self, stop: threading.Event) -> None:
         """One turn of the process loop: lead (or try to), and survive whatever happens."""
+        announce(self.client, self.holder, self.lease.expire_seconds)
         try:
             if not self.try_lead():
                 stop.wait(self.standby_poll)

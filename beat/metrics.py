@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import redis
 
+from core.keys import schedulers_key
 from core.metrics import LEADER, tenant_label
 from runs import states
 from tenants.services import slug_for_schema
@@ -19,6 +20,7 @@ from .pending import Pending
 
 FLUSH_SECONDS = 1.0
 _last_flush = [float("-inf")]
+_last_announce: dict[str, float] = {}
 
 
 def record_fire(
@@ -66,3 +68,20 @@ def flush(client) -> bool:
     except redis.RedisError:
         return False
     return True
+
+
+def announce(client, holder: str, lease_seconds: float) -> None:
+    """Every scheduler process, leader or standby, says it is alive about once a second
+    (for `tickwork_schedulers`: a fleet down to one process has no standby left)."""
+    now = time.monotonic()
+    if now - _last_announce.get(holder, float("-inf")) < FLUSH_SECONDS:
+        return
+    _last_announce[holder] = now
+    wall = time.time()
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.zadd(schedulers_key(), {holder: wall + max(3 * lease_seconds, 5.0)})
+        pipe.zremrangebyscore(schedulers_key(), "-inf", wall)
+        pipe.execute()
+    except redis.RedisError:
+        pass  # the lease handling notices Redis is away; this is only a figure

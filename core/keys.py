@@ -76,3 +76,9 @@ def metrics_leader_key() -> str:
     """Hash: the leaders' counters and histogram buckets (core/metrics.py), each leader
     adding what it recorded; read by the web's /metrics. A flush only loses history."""
     return _key("metrics", "leader")
+
+
+def schedulers_key() -> str:
+    """Sorted set: member `hostname:pid` of each live runscheduler process (leader or
+    standby), score = when its announcement expires (epoch s); for /metrics."""
+    return _key("schedulers")

@@ -32,6 +32,7 @@ from core.keys import (
     leader_info_key,
     rebuild_state_key,
     runs_index_key,
+    schedulers_key,
     workers_key,
 )
 from core.metrics import tenant_label
@@ -207,7 +208,10 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     pipe.zcard(index_key())
     pipe.zcard(runs_index_key())
     pipe.exists(rebuild_state_key())
-    *depths, leader, admission, faults, workers, index_size, runs_index, rebuilding = pipe.execute()
+    pipe.zcount(schedulers_key(), time.time(), "+inf")
+    *depths, leader, admission, faults, workers, index_size, runs_index, rebuilding, schedulers = (
+        pipe.execute()
+    )
     depth = GaugeMetricFamily(
         "tickwork_queue_depth",
         "Messages waiting in each run queue of the broker.",
@@ -219,6 +223,11 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     return [
         depth,
         _gauge("tickwork_leader_up", "1 while a scheduler holds the leader lease.", int(leader)),
+        _gauge(
+            "tickwork_schedulers",
+            "Live runscheduler processes, the leader and its standbys.",
+            schedulers,
+        ),
         _gauge(
             "tickwork_failing_tenants",
             "Tenants the leader skips now after failures.",

@@ -178,6 +178,17 @@ def test_leader_figures_survive_a_change_of_leader(live, redis_client):
     assert value(scrape(), "tickwork_runs_relayed_total") == 5
 
 
+def test_schedulers_alive_are_counted(live, redis_client):
+    from beat.metrics import announce
+
+    announce(redis_client, "host-a:1", 2)
+    announce(redis_client, "host-b:2", 2)
+    announce(redis_client, "host-a:1", 2)  # the same process again: still one
+    assert value(scrape(), "tickwork_schedulers") == 2
+    redis_client.zadd("tw:schedulers", {"host-b:2": 1.0})  # its announcement expired
+    assert value(scrape(), "tickwork_schedulers") == 1
+
+
 def test_metrics_are_served_on_the_public_host_only(live, redis_client):
     assert Client().get("/metrics").status_code == 200
     response = Client(HTTP_HOST=live["alpha"].domain).get("/metrics")

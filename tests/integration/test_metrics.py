@@ -32,6 +32,11 @@ Samples = dict[tuple[str, frozenset], float]
 
 
 def scrape(client: Client | None = None, **headers: str) -> Samples:
+    """/metrics now, with what this process's leader code recorded (in this test or, not
+    yet flushed, in earlier ones) added to Redis first."""
+    from core.redis import get_redis
+
+    leader_metrics.flush(get_redis())
     FACTS.clear()
     response = (client or Client()).get("/metrics", **headers)
     assert response.status_code == 200, response.content

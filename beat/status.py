@@ -90,9 +90,10 @@ def _overdue(now: datetime) -> dict:
     }
 
 
-def overdue_work(now: datetime) -> dict:
-    """Due work not yet fired, over every tenant (for /metrics; see `_overdue`)."""
-    return _overdue(now)
+def overdue_query(schema: str) -> sql.Composed:
+    """One schema's due-but-unfired figures (count and oldest of runs, then of jobs), with
+    three `now` parameters: for /metrics, which reads them with its other facts."""
+    return _overdue_query(schema)
 
 
 def tenant_usage_rows(now: datetime) -> list[dict]:

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "many_tenants": many_tenants.run(50, 10),
+            "metrics_scrape": metrics_scrape.run(50, repeats=2),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
             "dag": dag.run(30, repeats=1, timeout=120),
             "fair_share": fair_share.run(300, workers=2, timeout=300),

@@ -82,3 +82,9 @@ def schedulers_key() -> str:
     """Sorted set: member `hostname:pid` of each live runscheduler process (leader or
     standby), score = when its announcement expires (epoch s); for /metrics."""
     return _key("schedulers")
+
+
+def metrics_facts_key() -> str:
+    """JSON: the facts /metrics last read from PostgreSQL and Redis, shared by every web
+    process (one computes them per METRICS_CACHE_SECONDS, under the `:lock` key)."""
+    return _key("metrics", "facts")

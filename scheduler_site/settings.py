@@ -224,8 +224,9 @@ if PROMETHEUS_MULTIPROC_DIR and not Path(PROMETHEUS_MULTIPROC_DIR).is_dir():
 # `host:port` where a Celery worker's main process serves its host's metrics (for worker
 # hosts without a web process); empty: off.
 WORKER_METRICS_BIND = env_str("WORKER_METRICS_BIND", "")
-# /metrics computes the facts of PostgreSQL and Redis (backlog, DLQ, queues) at most this
-# often per web process, each statement bounded by METRICS_STATEMENT_TIMEOUT_SECONDS.
+# The facts /metrics reads from PostgreSQL and Redis (backlog, DLQ, queues) are refreshed by
+# one web process for all, in the background, once they are this old; each statement of a
+# refresh is bounded by METRICS_STATEMENT_TIMEOUT_SECONDS.
 METRICS_CACHE_SECONDS = env_float("METRICS_CACHE_SECONDS", 5.0, minimum=0)
 METRICS_STATEMENT_TIMEOUT_SECONDS = env_float("METRICS_STATEMENT_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 

@@ -1,35 +1,42 @@
-"""Gauges that are facts of PostgreSQL and Redis, computed when /metrics is scraped: the due
-backlog, the DLQ, heartbeat age, queue depths, the leader and its admission queue.
+"""Gauges that are facts of PostgreSQL and Redis, read when /metrics is scraped rather than
+pushed: the due backlog, the DLQ, heartbeat age, queue depths, the leader and its admission
+queue. They are right whichever process leads and whatever restarted.
 
-Nothing pushes them, so they are right whichever process leads and whatever restarted.
-Each scrape costs a few statements per 100-200 tenants (the partial indexes of the runs
-table), so the result is cached for `METRICS_CACHE_SECONDS` per web process, and every
-statement is bounded by `METRICS_STATEMENT_TIMEOUT_SECONDS`: a slow database makes the
-scrape report `tickwork_metrics_source_up{source="postgresql"} 0`, never hang it.
+A refresh reads every tenant schema: one UNION ALL statement per 100 tenants (on the runs
+and jobs tables' partial indexes), each bounded by `METRICS_STATEMENT_TIMEOUT_SECONDS`; a
+source that cannot be read is reported (`tickwork_metrics_source_up{source} 0`), never
+waited for. The result is shared by every web process through Redis and refreshed in the
+background at most every `METRICS_CACHE_SECONDS` (see `FactsCollector`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
 from psycopg import sql
 
 from beat.lease import current_epoch
-from beat.status import overdue_work
+from beat.status import overdue_query
 from core.clock import SystemClock
 from core.keys import (
     admission_stats_key,
     faults_key,
     index_key,
     leader_info_key,
+    metrics_facts_key,
     rebuild_state_key,
     runs_index_key,
     schedulers_key,
@@ -41,14 +48,15 @@ from core.sql import table
 from runs.status_sql import STATUS
 from scheduler_site.celery import run_queue_names
 
-SCHEMAS_PER_STATEMENT = 200
+SCHEMAS_PER_STATEMENT = 100
 CLOCK = SystemClock()
+log = logging.getLogger("scheduler_site.metrics")
 
 
 def _gauge(name: str, help_text: str, value: float | None, **labels: str) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, help_text, labels=list(labels))
     if value is not None:
-        family.add_metric(list(labels.values()), value)
+        family.add_metric(list(labels.values()), float(value))
     return family
 
 
@@ -59,7 +67,7 @@ def _per_tenant(name: str, help_text: str, values: dict[str, float], *, combine=
         grouped[tenant_label(slug)].append(value)
     family = GaugeMetricFamily(name, help_text, labels=["tenant"])
     for label, items in sorted(grouped.items()):
-        family.add_metric([label], combine(items))
+        family.add_metric([label], float(combine(items)))
     return family
 
 
@@ -82,10 +90,10 @@ def bounded_statements(seconds: float) -> Iterator[None]:
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 
-def _tenants() -> list[tuple[int, str, str]]:
+def _tenants() -> list[tuple[int, str, str, bool]]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, slug, schema_name FROM public.tenants_tenant"
+            "SELECT id, slug, schema_name, suspended_at IS NOT NULL FROM public.tenants_tenant"
             " WHERE schema_name <> 'public' ORDER BY id"
         )
         return cursor.fetchall()
@@ -98,30 +106,36 @@ _RUNS_SQL = (
 )
 
 
-def _run_rows(tenants: list[tuple[int, str, str]]) -> dict[str, tuple]:
-    """Per tenant slug: (dead runs, running runs, oldest heartbeat age); a tenant whose
-    tables cannot be read is left out (and counted by `unreadable`)."""
+def _schema_query(slug: str, schema: str) -> sql.Composed:
+    """One row of a schema: its slug, the overdue figures (beat/status.py, the same as
+    `scheduler_status`), then dead runs, running runs and the oldest heartbeat's age."""
+    return sql.SQL("(SELECT {slug}::text, o.*, r.* FROM ({overdue}) o, ({runs}) r)").format(
+        slug=sql.Literal(slug),
+        overdue=overdue_query(schema),
+        runs=sql.SQL(_RUNS_SQL).format(runs=table(schema, "runs_run"), **STATUS),
+    )
+
+
+def schema_rows(tenants: list[tuple], now) -> dict[str, tuple]:
+    """Per tenant slug: (due runs, oldest due run, due jobs, first next_run_at, dead runs,
+    running runs, oldest heartbeat age), a statement per SCHEMAS_PER_STATEMENT tenants. A
+    statement that fails for a broken schema is done again one schema at a time (that
+    tenant is left out: `tickwork_unreadable_schemas`); a timeout is not retried."""
     out: dict[str, tuple] = {}
     for start in range(0, len(tenants), SCHEMAS_PER_STATEMENT):
         chunk = tenants[start : start + SCHEMAS_PER_STATEMENT]
-        query = sql.SQL(" UNION ALL ").join(
-            sql.SQL("(SELECT {slug}::text, q.* FROM ({q}) q)").format(
-                slug=sql.Literal(slug),
-                q=sql.SQL(_RUNS_SQL).format(runs=table(schema, "runs_run"), **STATUS),
-            )
-            for _id, slug, schema in chunk
-        )
+        query = sql.SQL(" UNION ALL ").join(_schema_query(t[1], t[2]) for t in chunk)
         try:
             with connection.cursor() as cursor:
-                cursor.execute(query)
+                cursor.execute(query, [now, now, now] * len(chunk))
                 rows = cursor.fetchall()
         except DatabaseError as exc:
             if _is_timeout(exc) or len(chunk) == 1:
                 raise
             rows = []
-            for one in chunk:  # find the broken schema; the others are still reported
+            for one in chunk:
                 with contextlib.suppress(DatabaseError):
-                    rows += [(slug, *r) for slug, r in _run_rows([one]).items()]
+                    rows += [(slug, *r) for slug, r in schema_rows([one], now).items()]
         for slug, *values in rows:
             out[slug] = tuple(values)
     return out
@@ -135,10 +149,11 @@ def database_facts() -> list[Metric]:
     now = CLOCK.now()
     tenants = _tenants()
     epoch = current_epoch()
-    overdue = overdue_work(now)
-    rows = _run_rows(tenants)
-    oldest = [t for t in (overdue["oldest_run"], overdue["oldest_job"]) if t is not None]
-    ages = [age for _dead, _running, age in rows.values() if age is not None]
+    rows = schema_rows(tenants, now)
+    served = {slug for _id, slug, _schema, suspended in tenants if not suspended}
+    due = [r for slug, r in rows.items() if slug in served]  # the leader skips suspended ones
+    oldest = [r[1] for r in due if r[1] is not None] + [r[3] for r in due if r[2] and r[3]]
+    ages = [float(r[6]) for r in rows.values() if r[6] is not None]
     return [
         _gauge(
             "tickwork_leader_epoch",
@@ -150,13 +165,13 @@ def database_facts() -> list[Metric]:
             "tickwork_due_backlog_runs",
             "Runs past their due time and not yet published "
             "(waiting for admission included), counted from PostgreSQL.",
-            overdue["runs"],
+            sum(r[0] for r in due),
         ),
         _gauge(
             "tickwork_due_backlog_jobs",
             "Schedulable jobs whose next slot passed without "
             "being materialised, counted from PostgreSQL.",
-            overdue["jobs"],
+            sum(r[2] for r in due),
         ),
         _gauge(
             "tickwork_due_backlog_oldest_seconds",
@@ -165,18 +180,18 @@ def database_facts() -> list[Metric]:
         ),
         _gauge(
             "tickwork_unreadable_schemas",
-            "Tenant schemas the backlog count could not read.",
-            len(overdue["unreadable"]) + len(tenants) - len(rows),
+            "Tenant schemas whose figures could not be read.",
+            len(tenants) - len(rows),
         ),
         _per_tenant(
             "tickwork_dlq_runs",
             "Runs in the dead-letter queue (tenants with none are left out).",
-            {s: r[0] for s, r in rows.items() if r[0]},
+            {slug: r[4] for slug, r in rows.items() if r[4]},
         ),
         _gauge(
             "tickwork_running_runs",
             "Runs a worker is executing now.",
-            sum(r[1] for r in rows.values()),
+            sum(r[5] for r in rows.values()),
         ),
         _gauge(
             "tickwork_heartbeat_age_seconds",
@@ -288,48 +303,143 @@ def admission_facts(stats: dict | None, slugs: dict[int, str]) -> list[Metric]:
 
 # --- the collector ---------------------------------------------------------------------------
 
+REFRESH_LOCK_SECONDS = 300  # a refresh that never ends lets another process try after this
+KEEP_SECONDS = 3600  # old facts are still served (with their age) while none newer exist
+
+
+@dataclass
+class Cached:
+    at: float
+    families: list[Metric]
+
 
 class FactsCollector:
-    """A prometheus_client collector; one per process, its result cached."""
+    """A prometheus_client collector whose facts are shared by every web process through
+    Redis: the scrape that finds them older than METRICS_CACHE_SECONDS takes a lock and
+    refreshes them in a background thread, and every scrape answers at once with the
+    latest (`tickwork_metrics_facts_age_seconds` says how old). With thousands of tenants a
+    refresh takes seconds; a scrape never waits for it, and the database pays for one
+    refresh per interval, not one per scrape per process."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._at = float("-inf")
-        self._families: list[Metric] = []
+        self._generation = 0  # bumped by clear(): a refresh begun before is not stored
+        self.last_refresh: threading.Thread | None = None
 
     def clear(self) -> None:
-        with self._lock:
-            self._at = float("-inf")
+        """Forget the shared facts (tests): the next scrape computes them anew."""
+        self._generation += 1
+        with contextlib.suppress(redis.RedisError):
+            get_redis().delete(metrics_facts_key(), _lock_key())
 
     def collect(self) -> list[Metric]:
-        with self._lock:
-            if time.monotonic() - self._at >= settings.METRICS_CACHE_SECONDS:
-                self._families = self._compute()
-                self._at = time.monotonic()
-            return list(self._families)
+        client = get_redis()
+        try:
+            cached = _load(client.get(metrics_facts_key()))
+        except redis.RedisError:
+            return compute()  # no shared cache: computed here, bounded
+        age = time.time() - cached.at if cached else float("inf")
+        if age >= settings.METRICS_CACHE_SECONDS and _claim(client):
+            if cached is None:  # nothing to serve yet: compute it now
+                cached = self._refresh(client, self._generation)
+            else:
+                self.last_refresh = threading.Thread(
+                    target=self._refresh_in_background,
+                    args=(client, self._generation),
+                    name="metrics-facts",
+                    daemon=True,
+                )
+                self.last_refresh.start()
+        elif cached is None:  # another process computes the first facts: not stored here
+            cached = Cached(time.time(), compute())
+        age = max(time.time() - cached.at, 0.0)
+        return [
+            *cached.families,
+            _gauge(
+                "tickwork_metrics_facts_age_seconds",
+                "How old the facts of PostgreSQL and Redis in this scrape are (one web process "
+                "refreshes them for all every METRICS_CACHE_SECONDS).",
+                age,
+            ),
+        ]
 
-    def _compute(self) -> list[Metric]:
-        families, up = [], {}
-        slugs: dict[int, str] = {}
+    def _refresh(self, client, generation: int) -> Cached:
         try:
-            with bounded_statements(settings.METRICS_STATEMENT_TIMEOUT_SECONDS):
-                slugs = {tenant_id: slug for tenant_id, slug, _ in _tenants()}
-                families += database_facts()
-            up["postgresql"] = 1
-        except DatabaseError:
-            up["postgresql"] = 0
-            with contextlib.suppress(Exception):
-                connection.close()  # a connection a timeout left unusable is not reused
+            cached = Cached(time.time(), compute())
+            if generation == self._generation:
+                client.set(metrics_facts_key(), _dump(cached), ex=KEEP_SECONDS)
+            return cached
+        finally:
+            client.delete(_lock_key())
+
+    def _refresh_in_background(self, client, generation: int) -> None:
         try:
-            families += redis_facts(slugs)
-            up["redis"] = 1
-        except Exception:  # redis.RedisError, or a value that does not parse
-            up["redis"] = 0
-        source = GaugeMetricFamily(
-            "tickwork_metrics_source_up",
-            "1 when /metrics could read the source of its facts this time, else 0.",
-            labels=["source"],
-        )
-        for name, value in up.items():
-            source.add_metric([name], value)
-        return [*families, source]
+            self._refresh(client, generation)
+        except Exception:  # the next scrape tries again; the old facts are served meanwhile
+            log.exception("refreshing the metrics facts failed")
+        finally:
+            connection.close()  # this thread's own connection
+
+
+def _lock_key() -> str:
+    return metrics_facts_key() + ":lock"
+
+
+def _claim(client) -> bool:
+    return bool(client.set(_lock_key(), str(os.getpid()), nx=True, ex=REFRESH_LOCK_SECONDS))
+
+
+def _dump(cached: Cached) -> str:
+    return json.dumps(
+        {
+            "at": cached.at,
+            "families": [
+                [f.name, f.documentation, f.type, [[s.name, s.labels, s.value] for s in f.samples]]
+                for f in cached.families
+            ],
+        }
+    )
+
+
+def _load(raw: bytes | None) -> Cached | None:
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        families = []
+        for name, documentation, kind, samples in data["families"]:
+            family = Metric(name, documentation, kind)
+            family.samples = [Sample(n, labels, value) for n, labels, value in samples]
+            families.append(family)
+        return Cached(float(data["at"]), families)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def compute() -> list[Metric]:
+    """Every fact, now: each source on its own, its statements bounded."""
+    families, up = [], {}
+    slugs: dict[int, str] = {}
+    try:
+        with bounded_statements(settings.METRICS_STATEMENT_TIMEOUT_SECONDS):
+            slugs = {t[0]: t[1] for t in _tenants()}
+            families += database_facts()
+        up["postgresql"] = 1
+    except Exception as exc:  # a timeout, the database away, or a bug: reported, not raised
+        if not isinstance(exc, DatabaseError):
+            log.exception("reading the metrics facts from PostgreSQL failed")
+        up["postgresql"] = 0
+        with contextlib.suppress(Exception):
+            connection.close()  # a connection a timeout left unusable is not reused
+    try:
+        families += redis_facts(slugs)
+        up["redis"] = 1
+    except Exception:  # redis.RedisError, or a value that does not parse
+        up["redis"] = 0
+    source = GaugeMetricFamily(
+        "tickwork_metrics_source_up",
+        "1 when the facts could be read from the source at their last refresh, else 0.",
+        labels=["source"],
+    )
+    for name, value in up.items():
+        source.add_metric([name], value)
+    return [*families, source]

@@ -31,13 +31,14 @@ START = utc(2026, 6, 1, 12, 0, 0)
 Samples = dict[tuple[str, frozenset], float]
 
 
-def scrape(client: Client | None = None, **headers: str) -> Samples:
-    """/metrics now, with what this process's leader code recorded (in this test or, not
-    yet flushed, in earlier ones) added to Redis first."""
+def scrape(client: Client | None = None, *, fresh: bool = True, **headers: str) -> Samples:
+    """/metrics now (`fresh`: the facts computed anew), with what this process's leader code
+    recorded (in this test or, not yet flushed, in earlier ones) added to Redis first."""
     from core.redis import get_redis
 
     leader_metrics.flush(get_redis())
-    FACTS.clear()
+    if fresh:
+        FACTS.clear()
     response = (client or Client()).get("/metrics", **headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -236,6 +237,24 @@ def test_tenant_label_can_be_capped_or_turned_off(live, redis_client):
         samples = scrape()
         assert value(samples, "tickwork_dlq_runs", tenant="alpha") == 1
         assert value(samples, "tickwork_dlq_runs", tenant="other") == 1
+
+
+def test_facts_are_shared_and_refreshed_in_the_background(live, redis_client):
+    """A scrape within METRICS_CACHE_SECONDS serves the shared facts; the first one after
+    answers at once with them and refreshes them in a thread for the next scrapes."""
+    alpha = live["alpha"].tenant
+    first = scrape()
+    assert ("tickwork_dlq_runs", frozenset({("tenant", "alpha")})) not in first
+    _dead_run(alpha, FakeClock(START))
+    cached = scrape(fresh=False)
+    assert value(cached, "tickwork_dlq_runs", tenant="alpha") == 0  # the shared facts
+    assert value(cached, "tickwork_metrics_facts_age_seconds") < 60
+    with override_settings(METRICS_CACHE_SECONDS=0):
+        stale = scrape(fresh=False)
+        assert value(stale, "tickwork_dlq_runs", tenant="alpha") == 0  # no wait for it
+        FACTS.last_refresh.join(30)
+    assert value(scrape(fresh=False), "tickwork_dlq_runs", tenant="alpha") == 1
+    assert not redis_client.exists("tw:metrics:facts:lock")  # released after the refresh
 
 
 def test_a_statement_timeout_reports_the_source_down_and_the_rest(live, redis_client):

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     scrape = sub.add_parser("metrics-scrape", help="/metrics cost with many tenants")
     scrape.add_argument("--tenants", type=int, default=2000)
-    scrape.add_argument("--repeats", type=int, default=5)
+    scrape.add_argument("--repeats", type=int, default=10)
     scrape.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
     sub.add_parser("outbound", help="µs per delivery signature, secret header opening, redaction")

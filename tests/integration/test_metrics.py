@@ -31,6 +31,14 @@ START = utc(2026, 6, 1, 12, 0, 0)
 Samples = dict[tuple[str, frozenset], float]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _refresher_lets_its_connection_go():
+    """The facts' refresher thread keeps its connection between refreshes: not past these
+    tests (the test database is dropped at the end)."""
+    yield
+    FACTS.close()
+
+
 def scrape(client: Client | None = None, *, fresh: bool = True, **headers: str) -> Samples:
     """/metrics now (`fresh`: the facts computed anew), with what this process's leader code
     recorded (in this test or, not yet flushed, in earlier ones) added to Redis first."""
@@ -252,7 +260,7 @@ def test_facts_are_shared_and_refreshed_in_the_background(live, redis_client):
     with override_settings(METRICS_CACHE_SECONDS=0):
         stale = scrape(fresh=False)
         assert value(stale, "tickwork_dlq_runs", tenant="alpha") == 0  # no wait for it
-        FACTS.last_refresh.join(30)
+        assert FACTS.last_refresh.wait(30)
     assert value(scrape(fresh=False), "tickwork_dlq_runs", tenant="alpha") == 1
     assert not redis_client.exists("tw:metrics:facts:lock")  # released after the refresh
 

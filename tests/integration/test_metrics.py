@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -171,11 +172,12 @@ def test_reaped_runs_and_iterations_are_counted_through_redis(live, redis_client
     assert value(before, "tickwork_running_runs") == 1
     engine = new_engine(redis_client, clock, visibility_timeout_seconds=60)
     assert engine.reap(force=True) == 1
-    leader_metrics.iteration_done(redis_client, started=0.0, force_flush=True)
+    leader_metrics.iteration_done(redis_client, started=time.monotonic(), force_flush=True)
     after = scrape()
     assert delta(before, after, "tickwork_runs_reaped_total", outcome=states.DEAD) == 1
     assert delta(before, after, "tickwork_runs_finished_total", tenant="alpha", status="dead") == 1
     assert delta(before, after, "tickwork_leader_iteration_duration_seconds_count") == 1
+    assert 0 <= delta(before, after, "tickwork_leader_iteration_duration_seconds_sum") < 1
     assert value(after, "tickwork_running_runs") == 0
 
 

@@ -28,7 +28,9 @@ from zoneinfo import ZoneInfoNotFoundError
 import redis
 from django.db import DatabaseError, InterfaceError, connection, transaction
 
+from core.logs import log_event
 from jobs.schedules import ScheduleError
+from tenants.services import slug_for_schema
 
 from .lease import LeaseLost
 from .store import FencingError
@@ -91,13 +93,20 @@ class TenantFaults:
         backoff = min(FIRST_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_BACKOFF_SECONDS)
         error = f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0][:300]}"
         self.faults[tenant_id] = TenantFault(schema, error, failures, self._now() + backoff)
-        log.error(
+        log_event(
+            log,
+            "leader.tenant_failed",
             "tenant %s (%s) skipped for %.0fs after %s failure(s): %s",
             tenant_id,
             schema,
             backoff,
             failures,
             error,
+            level=logging.ERROR,
+            tenant=slug_for_schema(schema),
+            failures=failures,
+            backoff_seconds=backoff,
+            error=error,
         )
         return backoff
 
@@ -108,7 +117,7 @@ class TenantFaults:
 
     def succeeded(self, tenant_id: int) -> None:
         if self.faults.pop(tenant_id, None) is not None:
-            log.info("tenant %s works again", tenant_id)
+            log_event(log, "leader.tenant_recovered", "tenant %s works again", tenant_id)
 
     def report(self) -> list[dict]:
         now = self._now()

@@ -36,6 +36,7 @@ from runs import states
 from . import store
 from .admission import DueRun, JobLimits, admit
 from .faults import isolated, must_step_down
+from .metrics import record_fire
 from .pending import Pending
 from .planning import DueSlotRun, MisfireRules, misfire_at_admission
 
@@ -176,6 +177,7 @@ def _apply(
     if engine.admission is not None:
         engine.admission.admitted(result.queued)
     stats.lags.extend(published_at - e.due for e in result.queued)
+    record_fire(entries[0].schema, result.queued, result.skipped, result.cancelled, published_at)
     stats.skipped += result.skipped
     stats.cancelled += result.cancelled
     stats.held += len(result.held)

@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import OperationalError, connection, transaction
 
 from core.keys import leader_info_key, leader_lock_name
+from core.logs import log_event
 
 log = logging.getLogger("beat.lease")
 
@@ -93,7 +94,14 @@ def bump_epoch(
             raise LeaseLost("the Redis lock expired while waiting to bump: not taking over")
         with connection.cursor() as cursor:
             ended = _end_waiting_lease_holders(cursor)
-        log.warning("took over from a stuck leader: ended sessions %s", ended)
+        log_event(
+            log,
+            "leader.ended_stuck_sessions",
+            "took over from a stuck leader: ended sessions %s",
+            ended,
+            level=logging.WARNING,
+            pids=",".join(map(str, ended)),
+        )
     raise LeaseLost("could not start a new epoch: the lease row stays locked")
 
 
@@ -142,7 +150,14 @@ class Lease:
             if not self._lock.acquire(blocking=False):
                 return False
         except redis.RedisError as exc:
-            log.warning("cannot reach Redis to take the lease: %s", exc)
+            log_event(
+                log,
+                "leader.redis_unreachable",
+                "cannot reach Redis to take the lease: %s",
+                exc,
+                level=logging.WARNING,
+                error=str(exc),
+            )
             return False
         self.renewed_at = time.monotonic()
         try:
@@ -151,7 +166,15 @@ class Lease:
             self._release_quietly()
             raise
         self._publish_info()
-        log.info("took the lease as %s, epoch %s", self.holder, self.epoch)
+        log_event(
+            log,
+            "leader.lease_taken",
+            "took the lease as %s, epoch %s",
+            self.holder,
+            self.epoch,
+            holder=self.holder,
+            epoch=self.epoch,
+        )
         return True
 
     def holds_lock(self) -> bool:
@@ -184,7 +207,16 @@ class Lease:
             self._release_quietly()
 
     def step_down(self, reason: str) -> None:
-        log.warning("stepping down (epoch %s): %s", self.epoch, reason)
+        log_event(
+            log,
+            "leader.step_down",
+            "stepping down (epoch %s): %s",
+            self.epoch,
+            reason,
+            level=logging.WARNING,
+            epoch=self.epoch,
+            reason=reason,
+        )
         self.release()
 
     def _publish_info(self) -> None:

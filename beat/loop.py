@@ -23,10 +23,12 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from core import index
 from core.clock import Clock
 from core.keys import faults_key, wake_key
+from core.logs import log_event
 
 from .engine import Engine, EngineConfig
 from .fenced import FencedRedis
 from .lease import Lease, LeaseLost, process_identity
+from .metrics import announce, iteration_done
 from .session import bounded_leader_session
 from .store import FencingError
 
@@ -100,6 +102,7 @@ class SchedulerProcess:
     def lead_once(self) -> float:
         """Do everything due now; return how long to sleep (seconds)."""
         engine = self.engine
+        started = time.monotonic()
         self.lease.renew()
         bounded_leader_session()
         self.ensure_index()
@@ -117,6 +120,7 @@ class SchedulerProcess:
         engine.settle_dag_runs()
         engine.publish_faults()
         engine.publish_admission()
+        iteration_done(self.client, started)
         self.iterations += 1
         busy = processed >= self.config.materialise_batch or engine.materialise_interrupted
         if busy or not rebuilt or engine.sweeps_running():
@@ -157,15 +161,22 @@ class SchedulerProcess:
     # --- the process -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         check_clock_skew(self.clock)
-        log.info("runscheduler %s started; waiting for the lease", self.holder)
+        log_event(
+            log,
+            "scheduler.started",
+            "runscheduler %s started; waiting for the lease",
+            self.holder,
+            holder=self.holder,
+        )
         while not stop.is_set():
             self.run_once(stop)
         if self.lease.held:
             self.lease.release()
-            log.info("released the lease on shutdown")
+            log_event(log, "leader.lease_released", "released the lease on shutdown")
 
     def run_once(self, stop: threading.Event) -> None:
         """One turn of the process loop: lead (or try to), and survive whatever happens."""
+        announce(self.client, self.holder, self.lease.expire_seconds)
         try:
             if not self.try_lead():
                 stop.wait(self.standby_poll)
@@ -176,10 +187,24 @@ class SchedulerProcess:
             self.step_down(f"{exc.__class__.__name__}: {exc}")
             stop.wait(self.standby_poll)
         except Exception as exc:  # a bug or bad data we did not foresee: never exit
-            log.exception("unexpected error in the scheduler loop")
+            log_event(
+                log,
+                "leader.error",
+                "unexpected error in the scheduler loop",
+                level=logging.ERROR,
+                exc_info=True,
+                error=exc.__class__.__name__,
+            )
             self.step_down(f"unexpected {exc.__class__.__name__}: {exc}")
             self.error_backoff = min(max(self.error_backoff * 2, 1.0), MAX_ERROR_BACKOFF_SECONDS)
-            log.warning("backing off %.0fs before trying to lead again", self.error_backoff)
+            log_event(
+                log,
+                "leader.backoff",
+                "backing off %.0fs before trying to lead again",
+                self.error_backoff,
+                level=logging.WARNING,
+                seconds=self.error_backoff,
+            )
             stop.wait(self.error_backoff)
 
 
@@ -193,9 +218,13 @@ def check_clock_skew(clock: Clock) -> float:
         after = time.time()
     skew = clock.now().timestamp() - db_now - (after - before) / 2
     if abs(skew) > settings.SCHEDULER_CLOCK_SKEW_WARN_SECONDS:
-        log.warning(
+        log_event(
+            log,
+            "scheduler.clock_skew",
             "clock skew: this host is %.3fs %s PostgreSQL",
             abs(skew),
             "ahead of" if skew > 0 else "behind",
+            level=logging.WARNING,
+            skew_seconds=round(skew, 3),
         )
     return skew

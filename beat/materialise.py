@@ -23,10 +23,12 @@ from django.db import connection
 
 from core import index
 from core.keys import index_key
+from core.logs import log_event
 from jobs.schedule_fields import calendar_value, schedule_of
 from jobs.schedules import ScheduleError
 from runs import states
 from runs.ids import uuid7
+from tenants.services import slug_for_schema
 
 from . import store
 from .faults import JOB_DATA_ERRORS, isolated, job_fault_code
@@ -192,6 +194,18 @@ def _after_commit(
     if moved:
         engine.verify_moved(tenant_id, schema, moved)
     for job_id, (code, detail) in result.parked.items():
-        log.warning("job %s of %s parked (%s): %s", job_id, schema, code, detail)
+        log_event(
+            log,
+            "leader.job_parked",
+            "job %s of %s parked (%s): %s",
+            job_id,
+            schema,
+            code,
+            detail,
+            level=logging.WARNING,
+            tenant=slug_for_schema(schema),
+            job_id=job_id,
+            fault=code,
+        )
     for ref in result.inserted:
         engine.runs.remember(engine.runs.build(tenant_id, schema, ref))

@@ -37,8 +37,10 @@ from psycopg import sql
 
 from core import index
 from core.keys import index_key, rebuild_state_key
+from core.logs import log_event
 from core.sql import table
 from runs.status_sql import STATUS
+from tenants.services import slug_for_schema
 
 from . import store
 from .faults import must_step_down
@@ -107,10 +109,15 @@ class IndexRebuild:
         self.id, self.prune = uuid.uuid4().hex, prune
         fields = {"phases": json.dumps(phases), "started": repr(time.time())}
         self.writes.rebuild_state(self.key, self.id, "start", fields)
-        log.warning(
+        log_event(
+            log,
+            "leader.rebuild_started",
             "rebuilding the time index from PostgreSQL (phases: %s)%s",
             ", ".join(phases),
             "; Redis lost its data" if lost else "",
+            level=logging.WARNING,
+            phases=",".join(phases),
+            redis_lost=lost,
         )
 
     def _load(self) -> list[str] | None:
@@ -138,7 +145,12 @@ class IndexRebuild:
             try:
                 if phases is None:  # the state vanished with Redis's data: begin again
                     if self.id is not None:
-                        log.warning("the index rebuild's state vanished: starting over")
+                        log_event(
+                            log,
+                            "leader.rebuild_restarted",
+                            "the index rebuild's state vanished: starting over",
+                            level=logging.WARNING,
+                        )
                     self.start(lost=True, prune=self.prune)
                     continue
                 if not phases:
@@ -164,20 +176,29 @@ class IndexRebuild:
         gave_up = self._cursor("gave_up") or []
         if not self.writes.rebuild_state(self.key, self.id, "finish"):
             return False
-        log.info(
+        log_event(
+            log,
+            "leader.rebuilt",
             "time index rebuilt: %s jobs, %s waiting runs, %s queued runs published again, "
             "%s stale members removed",
             self.progress.jobs,
             self.progress.runs,
             self.progress.republished,
             self.progress.pruned,
+            jobs=self.progress.jobs,
+            runs=self.progress.runs,
+            republished=self.progress.republished,
+            pruned=self.progress.pruned,
         )
         if gave_up:
-            log.error(
+            log_event(
+                log,
+                "leader.rebuilt_incomplete",
                 "time index rebuilt WITHOUT tenants that could not be read (phase, tenant): "
                 "%s; the reconcile and relay sweeps index their due jobs and waiting runs "
                 "once they can be read, and the reaper publishes their queued runs again",
                 gave_up,
+                level=logging.ERROR,
             )
         return True
 
@@ -238,19 +259,33 @@ class IndexRebuild:
         name = f"failures:{phase}:{tenant_id}"
         count = (self._cursor(name) or {"count": 0})["count"] + 1
         if count < MAX_TENANT_FAILURES:
-            log.warning(
+            log_event(
+                log,
+                "leader.rebuild_tenant_failed",
                 "rebuild: tenant %s (%s) failed (%s of %s), tried again: %s",
                 tenant_id,
                 schema,
                 count,
                 MAX_TENANT_FAILURES,
                 exc,
+                level=logging.WARNING,
+                tenant=slug_for_schema(schema),
+                failures=count,
             )
             retry_at = time.time() + FIRST_RETRY_SECONDS * 2 ** (count - 1)
             self._set_cursor(name, {"count": count, "retry_at": retry_at})
             return False
-        log.error(
-            "rebuild: gave up on tenant %s (%s) in phase %s: %s", tenant_id, schema, phase, exc
+        log_event(
+            log,
+            "leader.rebuild_gave_up",
+            "rebuild: gave up on tenant %s (%s) in phase %s: %s",
+            tenant_id,
+            schema,
+            phase,
+            exc,
+            level=logging.ERROR,
+            tenant=slug_for_schema(schema),
+            phase=phase,
         )
         self._set_cursor("gave_up", [*(self._cursor("gave_up") or []), [phase, tenant_id]])
         return True

@@ -90,6 +90,12 @@ def _overdue(now: datetime) -> dict:
     }
 
 
+def overdue_query(schema: str) -> sql.Composed:
+    """One schema's due-but-unfired figures (count and oldest of runs, then of jobs), with
+    three `now` parameters: for /metrics, which reads them with its other facts."""
+    return _overdue_query(schema)
+
+
 def tenant_usage_rows(now: datetime) -> list[dict]:
     """Per tenant: its quota and weight, runs in flight and waiting, the oldest wait, and
     fire and start lag over the last five minutes (PostgreSQL's figures)."""

@@ -36,13 +36,16 @@ from django.db import connection, transaction
 from psycopg import sql
 
 from core import index
+from core.logs import log_event
 from core.sql import table
 from jobs.indexing import mark_indexed
 from runs.dags import dag_settle, to_settle_query
 from runs.status_sql import STATUS
+from tenants.services import slug_for_schema
 
 from . import reaper, store
 from .faults import isolated, must_step_down
+from .metrics import record_reap, record_relayed
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -196,11 +199,17 @@ def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
                 if engine.runs.remember(entry):
                     added[entry.schema] = added.get(entry.schema, 0) + 1
     if added:
-        log.warning(
+        record_relayed(sum(added.values()))
+        log_event(
+            log,
+            "leader.relayed",
             "relayed %s waiting runs the leader did not hold, of %s tenants (%s)",
             sum(added.values()),
             len(added),
             ", ".join(sorted(added)[:5]) + (", ..." if len(added) > 5 else ""),
+            level=logging.WARNING,
+            count=sum(added.values()),
+            tenants=len(added),
         )
     return sum(added.values())
 
@@ -246,8 +255,13 @@ def reconcile_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
     }
     if repairs:
         engine.writes.lower_jobs(repairs)
-        log.warning(
-            "%s due jobs were missing from the index (or late in it): put back", len(repairs)
+        log_event(
+            log,
+            "leader.reconciled",
+            "%s due jobs were missing from the index (or late in it): put back",
+            len(repairs),
+            level=logging.WARNING,
+            count=len(repairs),
         )
     return len(repairs)
 
@@ -317,13 +331,21 @@ def reap_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
     for job_id in reaped.jobs:
         engine.runs.release(tenant_id, job_id)  # a `queue` job's held runs may go now
     count = len(reaped.retrying) + reaped.dead + len(stale)
+    record_reap(schema, retrying=len(reaped.retrying), dead=reaped.dead, republished=len(stale))
     if count:
-        log.warning(
+        log_event(
+            log,
+            "leader.reaped",
             "%s: reaped %s lost runs (%s dead), re-published %s stale queued",
             schema,
             len(reaped.retrying) + reaped.dead,
             reaped.dead,
             len(stale),
+            level=logging.WARNING,
+            tenant=slug_for_schema(schema),
+            retrying=len(reaped.retrying),
+            dead=reaped.dead,
+            republished=len(stale),
         )
     return count
 
@@ -342,5 +364,12 @@ def dag_chunk(engine: Engine, chunk: Tenants) -> int:
             dag_settle(schema=schemas[tenant_id], dag_run_id=dag_run_id, now=engine.clock.now())
             settled += 1
     if settled:
-        log.warning("settled %s DAG runs whose last end had not been settled", settled)
+        log_event(
+            log,
+            "leader.dag_runs_settled",
+            "settled %s DAG runs whose last end had not been settled",
+            settled,
+            level=logging.WARNING,
+            count=settled,
+        )
     return settled

@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     many.add_argument("--tenants", type=int, default=2000)
     many.add_argument("--seconds", type=float, default=60.0)
     many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
+    scrape = sub.add_parser("metrics-scrape", help="/metrics cost with many tenants")
+    scrape.add_argument("--tenants", type=int, default=2000)
+    scrape.add_argument("--repeats", type=int, default=10)
+    scrape.add_argument("--keep", action="store_true", help="keep the cloned tenants")
     sub.add_parser("schedule-math", help="µs per next_slot, fast and DST paths")
     sub.add_parser("outbound", help="µs per delivery signature, secret header opening, redaction")
     pages = sub.add_parser("portal-pages", help="portal jobs list and job history server time")
@@ -72,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         fire_lag,
         leader_cost,
         many_tenants,
+        metrics_scrape,
         outbound,
         portal_pages,
         schedule_math,
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         result = throughput.run(args.count, args.repeats)
     elif args.bench == "many-tenants":
         result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
+    elif args.bench == "metrics-scrape":
+        result = metrics_scrape.run(args.tenants, args.repeats, keep=args.keep)
     elif args.bench == "portal-pages":
         result = portal_pages.run(args.jobs, args.runs, args.repeats)
     elif args.bench == "fair-share":
@@ -107,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "many_tenants": many_tenants.run(50, 10),
+            "metrics_scrape": metrics_scrape.run(50, repeats=2),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
             "dag": dag.run(30, repeats=1, timeout=120),
             "fair_share": fair_share.run(300, workers=2, timeout=300),

@@ -70,3 +70,21 @@ def workers_key() -> str:
     """Sorted set: member `<host>:<pid>:<slots>` of each live worker, score = when its
     registration expires (epoch s); the leader sums the slots into the broker watermark."""
     return _key("workers")
+
+
+def metrics_leader_key() -> str:
+    """Hash: the leaders' counters and histogram buckets (core/metrics.py), each leader
+    adding what it recorded; read by the web's /metrics. A flush only loses history."""
+    return _key("metrics", "leader")
+
+
+def schedulers_key() -> str:
+    """Sorted set: member `hostname:pid` of each live runscheduler process (leader or
+    standby), score = when its announcement expires (epoch s); for /metrics."""
+    return _key("schedulers")
+
+
+def metrics_facts_key() -> str:
+    """JSON: the facts /metrics last read from PostgreSQL and Redis, shared by every web
+    process (one computes them per METRICS_CACHE_SECONDS, under the `:lock` key)."""
+    return _key("metrics", "facts")

@@ -46,6 +46,17 @@ def _prepare(env: dict[str, str], data_dir: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _metrics_dir(env: dict[str, str], data_dir: Path) -> Path:
+    """The directory where web, worker and scheduler processes write their metrics
+    (prometheus_client's multiprocess mode), emptied before they start: files of processes
+    that no longer run would otherwise stay (their counters only, which add up right)."""
+    path = Path(env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(data_dir / "metrics")))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    return path
+
+
 def _say(lines: list[str]) -> None:
     print("\n".join(lines), flush=True)
 
@@ -84,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _say([f"[devstack] {note}" for note in resolved.notes])
     _say([f"[devstack] {describe_database(resolved.database_url)}"])
     demo = _prepare(env, data_dir)
+    metrics_dir = _metrics_dir(env, data_dir)
     procfile = parse_procfile((ROOT / "Procfile").read_text())
     manager = Manager(Printer(sys.stdout))
     for name, command in procfile.processes.items():
@@ -97,6 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"  Admin      http://localhost:{port}/admin/   user {demo['operator']} / "
             f"{demo['operator_password']}",
             f"  API token  {demo['token']}",
+            f"  Metrics    http://localhost:{port}/metrics   (processes write to {metrics_dir})",
             f"  Try        curl -H 'Authorization: Bearer {demo['token']}' "
             f"http://localhost:{port}/api/v1/jobs",
             "Press Ctrl-C to stop every process.",

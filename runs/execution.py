@@ -24,6 +24,7 @@ from django_tenants.utils import schema_context
 from psycopg import sql
 
 from core.clock import Clock, SystemClock
+from core.logs import log_event
 from core.redaction import redact, redacting
 from core.registry import RunContext, get_task, needs_tenant_schema
 from core.sql import table
@@ -32,6 +33,7 @@ from . import states
 from .dags import dag_settle_after_end, dag_start
 from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
+from .observe import ids, run_claimed, run_finished, run_not_claimed
 from .outcomes import Decision, Outcome, decide
 from .retry import RetryPolicy
 from .status_sql import STATUS
@@ -65,6 +67,8 @@ class Claimed:
     dag_run: Any = None  # the DAG run the run belongs to (set at its first claim if a root)
     has_downstreams: bool = False  # of a run not yet in a DAG run: it starts one
     signing_version: int | None = None  # the tenant's, to check the cached signing secrets
+    due_at: datetime | None = None  # when the run was due (its start lag is measured from it)
+    priority: str = "normal"  # the job's, as metrics label
 
 
 # Claim and finish are one statement each, and neither waits for its WAL flush
@@ -80,7 +84,7 @@ WITH claimed AS (
                       worker = %(worker)s, error = ''
     WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-    RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run
+    RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at
 )
 SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payload),
        j.target_type, j.target, j.timeout_seconds, j.max_attempts, j.backoff_seconds,
@@ -89,7 +93,8 @@ SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payl
        c.dag_run IS NULL AND EXISTS (
            SELECT 1 FROM {deps} d JOIN {jobs} dj ON dj.id = d.downstream_id
            WHERE d.upstream_id = c.job_id AND dj.deleted_at IS NULL),
-       (SELECT t.signing_secret_version FROM {tenants} t WHERE t.schema_name = %(schema)s)
+       (SELECT t.signing_secret_version FROM {tenants} t WHERE t.schema_name = %(schema)s),
+       c.due_at, j.priority
 FROM claimed c JOIN {jobs} j ON j.id = c.job_id
 """
 
@@ -128,6 +133,8 @@ def claim_run(
         row[15],
         row[16],
         row[17],
+        row[18],
+        row[19],
     )
 
 
@@ -222,7 +229,16 @@ def execute_http_target(claimed: Claimed, context: RunContext, clock: Clock) -> 
             clock=clock,
         )
     except DeliveryNotReady as exc:
-        log.error("run %s: %s", claimed.run_id, exc)
+        log_event(
+            log,
+            "run.delivery_not_ready",
+            "run %s: %s",
+            claimed.run_id,
+            exc,
+            level=logging.ERROR,
+            error=str(exc),
+            **ids(claimed),
+        )
         return Outcome(False, str(exc))  # not permanent: a worker with the key can run it
     with redacting(delivery.secrets):
         outcome = _send(claimed, delivery, scheduler)
@@ -241,7 +257,17 @@ def _send(claimed: Claimed, delivery: PreparedDelivery, scheduler: dict[str, str
             signer=delivery.signer,
         )
     except Exception as exc:  # logged and recorded here, while redaction is on
-        log.exception("run %s: the HTTP call failed: %s", claimed.run_id, exc.__class__.__name__)
+        log_event(
+            log,
+            "run.http_call_failed",
+            "run %s: the HTTP call failed: %s",
+            claimed.run_id,
+            exc.__class__.__name__,
+            level=logging.ERROR,
+            exc_info=True,
+            error=exc.__class__.__name__,
+            **ids(claimed),
+        )
         return Outcome(False, f"{exc.__class__.__name__}: {exc}")
     if result.ok:
         return Outcome(True, output=result.body_excerpt)
@@ -330,12 +356,15 @@ def run_execute(
         schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
     )
     if claimed is None:
-        log.info("run %s attempt %s: nothing to claim (duplicate or moved on)", run_id, attempt)
+        run_not_claimed(schema=schema, run_id=run_id, attempt=attempt)
         return "duplicate"
+    run_claimed(claimed, clock.now())
     claimed, refused = _start_dag_run_if_root(claimed, clock)
     release_connection()
+    started = time.monotonic()
     outcome = refused if refused is not None else _execute(claimed, heartbeats, clock)
     decision = finish_with_retries(claimed, outcome, clock)
+    run_finished(claimed, outcome, decision, time.monotonic() - started)
     if decision is None:
         return "superseded"
     notify_finished(claimed)
@@ -358,7 +387,17 @@ def _execute(claimed: Claimed, heartbeats: Heartbeats | None, clock: Clock) -> O
     try:
         return execute_target(claimed, context, clock)
     except Exception as exc:  # a bug of ours (or a time limit) must still end the attempt
-        log.exception("run %s: %s", run_id, exc.__class__.__name__)
+        log_event(
+            log,
+            "run.target_error",
+            "run %s: %s",
+            run_id,
+            exc.__class__.__name__,
+            level=logging.ERROR,
+            exc_info=True,
+            error=exc.__class__.__name__,
+            **ids(claimed),
+        )
         return Outcome(False, f"{exc.__class__.__name__}: {exc}")
     finally:
         if heartbeats:
@@ -382,7 +421,15 @@ def _start_dag_run_if_root(claimed: Claimed, clock: Clock) -> tuple[Claimed, Out
         )
     except Exception as exc:
         _reconnect()
-        log.exception("run %s: its DAG run could not be started", claimed.run_id)
+        log_event(
+            log,
+            "run.dag_start_failed",
+            "run %s: its DAG run could not be started",
+            claimed.run_id,
+            level=logging.ERROR,
+            exc_info=True,
+            **ids(claimed),
+        )
         return claimed, Outcome(
             False, f"its DAG run could not be started: {exc.__class__.__name__}: {exc}"
         )
@@ -401,4 +448,14 @@ def _settle_dag_run(claimed: Claimed, clock: Clock) -> None:
         )
     except Exception:
         _reconnect()
-        log.exception("run %s: settling DAG run %s failed", claimed.run_id, claimed.dag_run)
+        log_event(
+            log,
+            "run.dag_settle_failed",
+            "run %s: settling DAG run %s failed",
+            claimed.run_id,
+            claimed.dag_run,
+            level=logging.ERROR,
+            exc_info=True,
+            dag_run_id=claimed.dag_run,
+            **ids(claimed),
+        )

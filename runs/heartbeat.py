@@ -19,7 +19,10 @@ from collections import defaultdict
 from django.db import close_old_connections, connection
 from psycopg import sql
 
+from core.logs import log_event
+from core.metrics import HEARTBEAT_FAILURES, HEARTBEAT_STOPPED
 from core.sql import pg_array, table
+from tenants.services import slug_for_schema
 
 from .status_sql import STATUS
 
@@ -69,6 +72,18 @@ class Heartbeats:
                 if (run_id, attempt) not in alive:
                     snapshot[(schema, run_id, attempt)].set()
                     stopped += 1
+                    HEARTBEAT_STOPPED.inc()
+                    log_event(
+                        log,
+                        "heartbeat.stopped",
+                        "run %s attempt %s moved on (cancelled, reaped or superseded): stopping",
+                        run_id,
+                        attempt,
+                        level=logging.WARNING,
+                        tenant=slug_for_schema(schema),
+                        run_id=run_id,
+                        attempt=attempt,
+                    )
         return stopped
 
     def _beat_schema(self, schema: str, attempts: list[tuple[str, int]]) -> set[tuple[str, int]]:
@@ -104,7 +119,14 @@ class Heartbeats:
                     if self._running:
                         self.beat_once()
                 except Exception:  # a failed beat must not kill the thread; retry next time
-                    log.exception("heartbeat failed")
+                    HEARTBEAT_FAILURES.inc()
+                    log_event(
+                        log,
+                        "heartbeat.failed",
+                        "heartbeat failed",
+                        level=logging.ERROR,
+                        exc_info=True,
+                    )
                     close_old_connections()
         finally:
             connection.close()

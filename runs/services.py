@@ -22,6 +22,7 @@ from . import states
 from .dags import dag_reopen, settle_after_commit
 from .models import Attempt, Run
 from .notify import enqueue_runs_on_commit, notify_run_ended
+from .observe import run_cancelled
 from .slot_changes import SlotRun, runs_to_remove
 
 
@@ -73,6 +74,15 @@ def run_cancel(*, tenant: Tenant, actor: Actor, run_id: Any, clock: Clock) -> Ru
                 },
             )
         _audit(actor, "cancel", run, {"from": previous})
+        transaction.on_commit(
+            lambda: run_cancelled(
+                schema=tenant.schema_name,
+                job_id=run.job_id,
+                run_id=run.id,
+                attempt=run.attempt,
+                actor=actor.label,
+            )
+        )
         if run.dag_run is not None:  # its downstreams are skipped as upstream_failed
             settle_after_commit(tenant.schema_name, run.dag_run, clock.now)
         if previous in states.ACTIVE:

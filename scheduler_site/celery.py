@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_ready
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "scheduler_site.settings")
@@ -51,6 +51,14 @@ def _recycle_database_connections(**_: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_ready.connect
+def _serve_worker_metrics(**_: object) -> None:
+    """In the main process, once the pool has started: WORKER_METRICS_BIND, if set."""
+    from .worker_metrics import serve_from_settings
+
+    serve_from_settings()
 
 
 app.autodiscover_tasks()

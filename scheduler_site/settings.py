@@ -188,13 +188,18 @@ WHITENOISE_AUTOREFRESH = DEBUG
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
 
+# One event per line (core/logs.py): readable text by default, JSON with LOG_FORMAT=json.
+LOG_FORMAT = env_str("LOG_FORMAT", "text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {"()": "core.logs.TextFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
@@ -202,6 +207,29 @@ LOGGING = {
         "redis_lock": {"level": "ERROR"},
     },
 }
+
+# --- metrics (docs/operations.md#metrics, ADR 0013) ----------------------------------------
+# /metrics on the public host; with a token set, only `Authorization: Bearer <token>` reads it.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# The `tenant` label: `all` (each tenant's slug), `none` (every tenant as `all`), or a
+# comma-separated list of slugs that keep their own series (the others are `other`).
+METRICS_TENANTS = env_list("METRICS_TENANTS", ["all"])
+# Set in the environment before any process starts (prometheus_client reads it at import):
+# the directory where gunicorn workers and Celery's pool children write their metrics.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+if PROMETHEUS_MULTIPROC_DIR and not Path(PROMETHEUS_MULTIPROC_DIR).is_dir():
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_MULTIPROC_DIR={PROMETHEUS_MULTIPROC_DIR!r} is not a directory: create "
+        "it (empty) before starting the host's processes"
+    )
+# `host:port` where a Celery worker's main process serves its host's metrics (for worker
+# hosts without a web process); empty: off.
+WORKER_METRICS_BIND = env_str("WORKER_METRICS_BIND", "")
+# The facts /metrics reads from PostgreSQL and Redis (backlog, DLQ, queues) are refreshed by
+# one web process for all, in the background, once they are this old; each statement of a
+# refresh is bounded by METRICS_STATEMENT_TIMEOUT_SECONDS.
+METRICS_CACHE_SECONDS = env_float("METRICS_CACHE_SECONDS", 5.0, minimum=0)
+METRICS_STATEMENT_TIMEOUT_SECONDS = env_float("METRICS_STATEMENT_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 
 # --- the scheduler ------------------------------------------------------------------------
 SCHEDULER_MIN_INTERVAL_SECONDS = env_int("SCHEDULER_MIN_INTERVAL_SECONDS", 60, minimum=1)

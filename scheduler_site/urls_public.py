@@ -5,6 +5,7 @@ from django.urls import include, path, re_path
 
 from . import console, health, pages
 from .api.views import ApiNotFoundView
+from .metrics.views import metrics
 
 admin.site.site_header = "Tickwork operations"
 admin.site.site_title = "Tickwork admin"
@@ -25,6 +26,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("api/v1/", include("scheduler_site.api.urls")),
     # Other paths under /api (no version, another version): problem+json, not a page.
     re_path(r"^api(/|$)", ApiNotFoundView.as_view(), name="api-not-found"),

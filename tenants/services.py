@@ -42,6 +42,12 @@ def schema_name_for(slug: str) -> str:
     return "t_" + slug.replace("-", "_")
 
 
+def slug_for_schema(schema: str) -> str:
+    """The inverse of schema_name_for (slugs have no underscores), for labels and logs
+    of processes that know only the schema; a schema not named that way is returned as is."""
+    return schema[2:].replace("_", "-") if schema.startswith("t_") else schema
+
+
 def default_domain_for(slug: str, base_domain: str = "localhost") -> str:
     return f"{slug}.{base_domain}"
 

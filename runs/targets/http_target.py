@@ -23,6 +23,7 @@ from core.webhook_signing import webhook_headers
 from jobs.headers import open_headers
 from tenants.signing import SIGNING_KEYS, SigningKeys
 
+from ..observe import http_call_ended
 from .http import HttpCall, HttpOutcome, send
 
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
@@ -100,4 +101,6 @@ def call_http_target(
         max_response_bytes=settings.SCHEDULER_HTTP_MAX_RESPONSE_BYTES,
         signer=signer,
     )
-    return send(call, allow=parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS))
+    outcome = send(call, allow=parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS))
+    http_call_ended(outcome)
+    return outcome

@@ -18,6 +18,8 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from core.logs import log_event
+from core.metrics import API_PROBLEMS
 from jobs.calendars import CalendarInUse, CalendarNotFound
 from jobs.services import HasDownstreams, JobNotFound, QuotaExceeded
 from jobs.validation import JobValidationError
@@ -142,9 +144,31 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         body = _api_problem(exc)
     if body is None:
         # A bug, not the client's fault: log it whole, answer without internals.
-        logger.error("unhandled API error", exc_info=exc)
+        log_event(
+            logger,
+            "api.error",
+            "unhandled API error",
+            level=logging.ERROR,
+            exc_info=exc,
+            error=exc.__class__.__name__,
+            **request_fields(context.get("request")),
+        )
         body = problem(500, "An internal error occurred; it has been logged.")
+    API_PROBLEMS.labels(status=str(body["status"])).inc()
     return problem_response(body, _headers(exc))
+
+
+def request_fields(request: Any) -> dict[str, Any]:
+    """What a log event says of the request: method, path, and its tenant when known."""
+    if request is None:
+        return {}
+    tenant = getattr(request, "tenant", None)  # the token's, or the domain's
+    slug = getattr(tenant, "slug", None)
+    return {
+        "tenant": slug if slug and slug != "public" else None,
+        "method": request.method,
+        "path": request.path,
+    }
 
 
 # --- the schema side ---------------------------------------------------------------------

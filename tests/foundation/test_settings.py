@@ -111,3 +111,26 @@ def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")
+
+
+def test_a_bad_log_format_or_metrics_directory_stops_the_start(tmp_path):
+    result = _django_setup({"DEBUG": "1", "LOG_FORMAT": "xml"})
+    assert result.returncode != 0 and "LOG_FORMAT='xml': expected text or json" in result.stderr
+    missing = tmp_path / "nowhere"
+    result = _django_setup({"DEBUG": "1", "PROMETHEUS_MULTIPROC_DIR": str(missing)})
+    assert result.returncode != 0 and "is not a directory" in result.stderr
+    assert _django_setup({"DEBUG": "1", "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}).returncode == 0
+
+
+def test_make_run_empties_the_metrics_directory_before_starting(tmp_path):
+    from devstack.__main__ import _metrics_dir
+
+    stale = tmp_path / "metrics" / "counter_4242.db"
+    stale.parent.mkdir()
+    stale.write_bytes(b"old")
+    keep = tmp_path / "metrics" / "README"
+    keep.write_text("not ours")
+    env: dict[str, str] = {}
+    assert _metrics_dir(env, tmp_path) == stale.parent
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == str(stale.parent)
+    assert not stale.exists() and keep.exists()

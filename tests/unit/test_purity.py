@@ -27,6 +27,7 @@ PURE_MODULES = (
     "core.encryption",
     "core.webhook_signing",
     "core.redaction",
+    "core.logs",
     "jobs.headers",
 )
 

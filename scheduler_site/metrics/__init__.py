@@ -1,0 +1,1 @@
+"""/metrics: the Prometheus exposition of the web (facts, worker and leader figures)."""

@@ -5,20 +5,18 @@ atomic, and two at once."""
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 
 import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.core.management import call_command
-from django.db import connection, connections, migrations, models, transaction
-from django.db.migrations.loader import MigrationLoader
-from django.db.models import Q
+from django.db import connection, connections, transaction
 from django.test import Client
 from django_tenants.utils import schema_context, schema_exists
 from psycopg import sql
 
+from bench.probe_migration import PROBE, probe_migration
 from tenants import schema_template, services
 from tenants.models import Domain, Tenant
 from tenants.schema_catalog import schema_snapshot, snapshot_differences
@@ -35,46 +33,6 @@ from tenants.schema_template import (
 from tenants.services import GENERATED_PASSWORD_ITERATIONS, tenant_provision
 
 from ..scenarios.procs import wait_for
-
-PROBE = ("jobs", "9999_template_probe")
-
-
-@contextmanager
-def probe_migration():
-    """The code gains a migration (as after a release): one that adds a column and a partial
-    index and drops an index and a constraint by the names earlier migrations gave them."""
-    leaf = MigrationLoader(None, ignore_no_migrations=True).graph.leaf_nodes("jobs")[0]
-
-    class Probe(migrations.Migration):
-        dependencies = [leaf]
-        operations = [
-            migrations.AddField("job", "probe_level", models.IntegerField(null=True)),
-            migrations.AddIndex(
-                "job",
-                models.Index(
-                    fields=["probe_level"],
-                    condition=Q(probe_level__gt=0),
-                    name="job_probe_partial_idx",
-                ),
-            ),
-            migrations.RemoveIndex("job", "job_updated_idx"),
-            migrations.RemoveConstraint("dependency", "dependency_unique"),
-        ]
-
-    probe = Probe(PROBE[1], PROBE[0])
-    original = MigrationLoader.load_disk
-
-    def load_disk(self):
-        original(self)
-        self.disk_migrations[PROBE] = probe
-
-    MigrationLoader.load_disk = load_disk
-    code_migrations.cache_clear()
-    try:
-        yield
-    finally:
-        MigrationLoader.load_disk = original
-        code_migrations.cache_clear()
 
 
 def _migrate(schema: str) -> None:

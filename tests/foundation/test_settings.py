@@ -111,3 +111,11 @@ def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")
+
+
+def test_a_template_schema_name_a_tenant_could_have_is_refused_at_start_up():
+    for bad in ("t_template", "Template", "public", "pg_x", "a-b"):
+        result = _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": bad})
+        assert result.returncode != 0, bad
+        assert f"TENANT_TEMPLATE_SCHEMA={bad!r}" in result.stderr
+    assert _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": ""}).returncode == 0

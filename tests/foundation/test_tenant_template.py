@@ -309,3 +309,12 @@ def test_the_tenant_template_command_verifies_a_clone_against_a_migration(scratc
     call_command("tenant_template", "--verify", stdout=out)
     assert "identical to a freshly migrated schema" in out.getvalue()
     assert not schema_exists(f"{template_name()}_verify_cloned")
+
+
+def test_with_templates_off_a_new_schema_is_migrated(scratch, settings):
+    settings.TENANT_TEMPLATE_SCHEMA = ""
+    assert not template_ensure()
+    with transaction.atomic():
+        assert not schema_create_from_template("t_tplx_off")
+    tenant = tenant_provision(slug="tpl-off").tenant
+    assert _state(tenant.schema_name).current

@@ -232,7 +232,8 @@ def _session_lock(key: tuple[int, int], wait_seconds: float):
     connection (and with it any session lock) when it is done."""
     params = connection.get_connection_params()
     with psycopg.connect(**params, autocommit=True) as own:
-        own.execute(f"SET lock_timeout = '{int(wait_seconds * 1000)}ms'")
+        for bound in ("lock_timeout", "statement_timeout"):  # the wait is one statement
+            own.execute(f"SET {bound} = '{int(wait_seconds * 1000)}ms'")
         own.execute("SELECT pg_advisory_lock(%s, %s)", key)
         try:
             yield

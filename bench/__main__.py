@@ -34,10 +34,27 @@ def main(argv: list[str] | None = None) -> int:
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
     conc.add_argument("--workers", type=int, default=1, help="worker processes")
-    many = sub.add_parser("many-tenants", help="iteration length and lease gaps, many tenants")
+    many = sub.add_parser(
+        "many-tenants", help="leader iterations, lease gaps, failover: many tenants"
+    )
     many.add_argument("--tenants", type=int, default=2000)
     many.add_argument("--seconds", type=float, default=60.0)
-    many.add_argument("--keep", action="store_true", help="keep the cloned tenants")
+    many.add_argument("--keep", action="store_true", help="keep the tenants (bench-m-*)")
+    many.add_argument("--jobs", type=int, default=1, help="jobs per tenant")
+    many.add_argument("--interval", type=int, default=10, help="seconds between a job's runs")
+    many.add_argument("--spread", type=float, default=0.0, help="seconds the instants span")
+    many.add_argument("--modes", default="bounded,unbounded")
+    many.add_argument("--failover", action="store_true", help="kill a real leader, time it")
+    many.add_argument("--threads", type=int, default=4, help="provisioning threads")
+    prov = sub.add_parser("provisioning", help="seconds per tenant_provision; clone vs migrate")
+    prov.add_argument("--count", type=int, default=100)
+    prov.add_argument("--threads", default="1,4")
+    prov.add_argument("--samples", type=int, default=5, help="schemas built by each path")
+    prov.add_argument("--keep", action="store_true", help="keep the tenants (bench-p-*)")
+    upgrade = sub.add_parser("tenant-upgrade", help="a migration across many tenant schemas")
+    upgrade.add_argument("--schemas", type=int, default=200)
+    upgrade.add_argument("--processes", type=int, default=2)
+    upgrade.add_argument("--skip-checks", action="store_true")
     scrape = sub.add_parser("metrics-scrape", help="/metrics cost with many tenants")
     scrape.add_argument("--tenants", type=int, default=2000)
     scrape.add_argument("--repeats", type=int, default=10)
@@ -79,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         metrics_scrape,
         outbound,
         portal_pages,
+        provisioning,
         schedule_math,
+        tenant_upgrade,
         throughput,
     )
 
@@ -95,7 +114,22 @@ def main(argv: list[str] | None = None) -> int:
     elif args.bench == "throughput":
         result = throughput.run(args.count, args.repeats)
     elif args.bench == "many-tenants":
-        result = many_tenants.run(args.tenants, args.seconds, keep=args.keep)
+        result = many_tenants.run(
+            args.tenants,
+            args.seconds,
+            keep=args.keep,
+            jobs=args.jobs,
+            interval=args.interval,
+            spread=args.spread,
+            modes=tuple(args.modes.split(",")),
+            failover=args.failover,
+            threads=args.threads,
+        )
+    elif args.bench == "provisioning":
+        threads = tuple(int(n) for n in args.threads.split(","))
+        result = provisioning.run(args.count, threads, args.samples, keep=args.keep)
+    elif args.bench == "tenant-upgrade":
+        result = tenant_upgrade.run(args.schemas, args.processes, args.skip_checks)
     elif args.bench == "metrics-scrape":
         result = metrics_scrape.run(args.tenants, args.repeats, keep=args.keep)
     elif args.bench == "portal-pages":
@@ -113,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             "schedule_math": schedule_math.run(number=2000, repeats=1),
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
-            "many_tenants": many_tenants.run(50, 10),
+            "many_tenants": many_tenants.run(50, 10, jobs=2, failover=True),
+            "provisioning": provisioning.run(10, (1, 2), samples=1),
+            "tenant_upgrade": tenant_upgrade.run(20, processes=2),
             "metrics_scrape": metrics_scrape.run(50, repeats=2),
             "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
             "dag": dag.run(30, repeats=1, timeout=120),

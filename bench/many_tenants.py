@@ -1,15 +1,19 @@
-"""The leader with thousands of tenants: iteration length and lease renewal gaps.
+"""The leader with thousands of tenants: iteration length, lease renewal gaps, fire lag, and
+failover time.
 
 Relay, reap, index sync and reconciliation each query every tenant schema once per pass.
 With the passes sliced by a time budget (and the lease renewed between tenants), a leader
-with 2,000 tenants keeps its iterations short; with unbounded passes and no renewal in
-between (the engine before issue 8), one iteration holds the lease for the whole pass.
+with thousands of tenants keeps its iterations short; with unbounded passes and no renewal
+in between (the engine before issue 8), one iteration holds the lease for the whole pass.
 
-Tenants are cloned from one provisioned template (its tables, by CREATE TABLE ... LIKE):
-provisioning 2,000 through migrations would take half an hour. They stay in the benchmark
-database only with `--keep`. Each has one job firing every 10 s; a real leader
+Tenants (`bench-m-*`) are provisioned by `tenant_provision` (cloned from the template
+schema) from a few threads, and stay in the benchmark database only with `--keep`. Each
+has `jobs` jobs firing every `interval` seconds, their instants spread evenly over `spread`
+seconds (0: every job of every tenant due at the same instant). A real leader
 (`SchedulerProcess`, system clock, default settings) runs for `seconds` in each mode, and
-every lease renewal is timed.
+every lease renewal is timed. With `failover`, two real `runscheduler` processes then run
+the same world; the leader is killed with SIGKILL, and the benchmark reports when the
+standby took the lease and the fire lag of the runs due after the kill.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import statistics
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from django.db import connection
 from psycopg import sql
@@ -27,53 +32,48 @@ from beat.engine import EngineConfig
 from beat.lease import Lease, LeaseLost
 from beat.loop import SchedulerProcess
 from core.clock import SystemClock
-from core.keys import index_built_key
+from core.keys import index_built_key, leader_info_key
 from core.redis import get_redis
 from core.sql import table
 from tenants.models import Tenant
-from tenants.services import tenant_provision
 
-from .world import UNBOUNDED_ADMISSION, copy_jobs, index_jobs, percentile
+from .processes import kill9, start_scheduler, stop, wait_until
+from .provisioning import drop_tenants
+from .tenant_upgrade import bench_m_tenants
+from .world import BENCH_QUOTA, UNBOUNDED_ADMISSION, copy_jobs, index_jobs, percentile
 
-SLUG = "bench-m-{:05d}"
+RESULTS = Path(__file__).resolve().parent / "results"
+LEAD_IN_SECONDS = 35  # the first instants are this far ahead: the leader starts with all ahead
 
 
-def clone_tenants(count: int) -> list[Tenant]:
-    """`count` tenants cloned from an empty provisioned template: every table of its schema
-    (CREATE TABLE ... LIKE, about 50 ms a tenant; django-tenants' clone_schema takes over a
-    second), with its migration records, so that `migrate` sees them up to date."""
-    template = Tenant.objects.filter(slug="bench-template").first()
-    if template is None:
-        template = tenant_provision(slug="bench-template", admin_password="bench").tenant
-    tenants = list(Tenant.objects.filter(slug__startswith="bench-m-").order_by("slug")[:count])
+def _ensure_jobs(tenants: list[Tenant], jobs: int) -> None:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s", [template.schema_name]
-        )
-        tables = [row[0] for row in cursor.fetchall()]
-        for n in range(len(tenants), count):
-            schema = f"t_bench_m_{n:05d}"
-            cursor.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-            for name in tables:
-                cursor.execute(
-                    sql.SQL("CREATE TABLE IF NOT EXISTS {} (LIKE {} INCLUDING ALL)").format(
-                        table(schema, name), table(template.schema_name, name)
-                    )
-                )
-            for name in ("django_migrations", "django_content_type"):
-                cursor.execute(
-                    sql.SQL("INSERT INTO {} SELECT * FROM {}").format(
-                        table(schema, name), table(template.schema_name, name)
-                    )
-                )
+        for tenant in tenants:
             cursor.execute(
-                "INSERT INTO public.tenants_tenant (schema_name, slug, name, weight, "
-                "max_concurrency, created_at, suspended_reason) "
-                "VALUES (%s, %s, %s, 1, 100, now(), '') RETURNING id",
-                [schema, SLUG.format(n), schema],
+                sql.SQL("SELECT count(*) FROM {}").format(table(tenant.schema_name, "jobs_job"))
             )
-            tenants.append(Tenant.objects.get(id=cursor.fetchone()[0]))
-    return tenants
+            have = cursor.fetchone()[0]
+            if have > jobs:
+                cursor.execute(
+                    sql.SQL("DELETE FROM {t} WHERE id > (SELECT min(id) + %s - 1 FROM {t})").format(
+                        t=table(tenant.schema_name, "jobs_job")
+                    ),
+                    [jobs],
+                )
+            elif have < jobs:
+                copy_jobs(tenant, jobs - have, datetime.now(UTC), name=f"every-x-{have}")
+
+
+def _pause_others(tenants: list[Tenant]) -> None:
+    """Kept tenants beyond the ones measured (an earlier run's) must not fire meanwhile."""
+    ids = {t.id for t in tenants}
+    with connection.cursor() as cursor:
+        for other in Tenant.objects.filter(slug__startswith="bench-m-").exclude(id__in=ids):
+            cursor.execute(
+                sql.SQL("UPDATE {} SET paused = true WHERE NOT paused").format(
+                    table(other.schema_name, "jobs_job")
+                )
+            )
 
 
 def _run_leader(config: EngineConfig, seconds: float, checkpoints: bool) -> dict:
@@ -122,89 +122,184 @@ def _run_leader(config: EngineConfig, seconds: float, checkpoints: bool) -> dict
     }
 
 
-def _fire_lag(tenants: list[Tenant], since: datetime) -> dict:
+def _lags(tenants: list[Tenant], since: datetime, until: datetime) -> list[float]:
+    """Fire lag (queued - due) of the runs due in [since, until); a run due in that span
+    and never queued counts as infinitely late."""
     lags = []
     with connection.cursor() as cursor:
         for tenant in tenants:
             cursor.execute(
                 sql.SQL(
                     "SELECT extract(epoch FROM queued_at - scheduled_for) FROM {} "
-                    "WHERE queued_at IS NOT NULL AND scheduled_for >= %s"
+                    "WHERE scheduled_for >= %s AND scheduled_for < %s"
                 ).format(table(tenant.schema_name, "runs_run")),
-                [since],
+                [since, until],
             )
-            lags += [float(row[0]) for row in cursor.fetchall()]
-    return {
-        "runs_fired": len(lags),
-        "fire_lag_ms_p50": round(percentile(lags, 50) * 1000, 1) if lags else None,
-        "fire_lag_ms_p99": round(percentile(lags, 99) * 1000, 1) if lags else None,
-    }
+            lags += [float("inf") if r[0] is None else float(r[0]) for r in cursor.fetchall()]
+    return lags
 
 
-def _reset(client, tenants: list[Tenant]) -> datetime:
-    """Clear runs and Redis; every tenant's job fires every 10 s from 35 s from now (the
-    leader takes over with all of it ahead of it, as in steady state)."""
-    client.flushdb()
-    with connection.cursor() as cursor:
-        for tenant in tenants:
-            for name in ("runs_attempt", "runs_run"):
-                cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, name)))
-    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=35)
+def _expected_slots(tenants: list[Tenant], since: datetime, until: datetime) -> int:
+    """How many (job, slot) pairs fall in [since, until): every one must have a run."""
+    total = 0
     with connection.cursor() as cursor:
         for tenant in tenants:
             cursor.execute(
                 sql.SQL(
-                    "UPDATE {} SET schedule_kind = 'interval', interval_seconds = 10, "
-                    "cron_expression = '', cron_resolved = '', anchor_at = %s, next_run_at = %s"
+                    "SELECT coalesce(sum(greatest(0, ceil(extract(epoch FROM %(b)s - anchor_at)"
+                    " / interval_seconds)) - greatest(0, ceil(extract(epoch FROM %(a)s - "
+                    "anchor_at) / interval_seconds))), 0) FROM {}"
                 ).format(table(tenant.schema_name, "jobs_job")),
-                [first, first],
+                {"a": since, "b": until},
+            )
+            total += int(cursor.fetchone()[0])
+    return total
+
+
+def _lag_figures(tenants: list[Tenant], since: datetime, until: datetime) -> dict:
+    lags = _lags(tenants, since, until)
+    fired = [lag for lag in lags if lag != float("inf")]
+    return {
+        "slots_due": _expected_slots(tenants, since, until),
+        "runs_fired": len(fired),
+        "runs_not_fired": len(lags) - len(fired),
+        "fire_lag_ms_p50": round(percentile(fired, 50) * 1000, 1) if fired else None,
+        "fire_lag_ms_p99": round(percentile(fired, 99) * 1000, 1) if fired else None,
+        "fire_lag_ms_max": round(max(fired) * 1000, 1) if fired else None,
+    }
+
+
+def _reset(client, tenants: list[Tenant], interval: int, spread: float) -> datetime:
+    """Clear runs and Redis; every job fires every `interval` s, the first instants spread
+    evenly over `spread` s. Returns the first instant once it is LEAD_IN_SECONDS ahead (with
+    10,000 tenants, writing the schedules takes minutes: they are written that far ahead)."""
+    client.flushdb()
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        for tenant in tenants:
+            for name in ("runs_attempt", "runs_run"):
+                cursor.execute(sql.SQL("DELETE FROM {}").format(table(tenant.schema_name, name)))
+        cursor.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(table(tenants[0].schema_name, "jobs_job"))
+        )
+        per_tenant = cursor.fetchone()[0]
+    # Writing and indexing the schedules costs a few times what clearing the runs did.
+    ahead = LEAD_IN_SECONDS + 5 + 4 * (time.monotonic() - started)
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=round(ahead))
+    total = max(1, per_tenant * len(tenants))
+    with connection.cursor() as cursor:
+        for n, tenant in enumerate(tenants):
+            # Job k of tenant n is the (n * per_tenant + k)-th of `total` evenly spread.
+            cursor.execute(
+                sql.SQL(
+                    "UPDATE {t} j SET schedule_kind = 'interval', interval_seconds = %(interval)s, "
+                    "cron_expression = '', cron_resolved = '', paused = false, deleted_at = NULL, "
+                    "anchor_at = %(first)s + make_interval(secs => floor((%(base)s + r.k) "
+                    "* %(spread)s / %(total)s)), next_run_at = %(first)s + make_interval(secs => "
+                    "floor((%(base)s + r.k) * %(spread)s / %(total)s)) FROM (SELECT id, "
+                    "row_number() OVER (ORDER BY id) - 1 AS k FROM {t}) r WHERE r.id = j.id"
+                ).format(t=table(tenant.schema_name, "jobs_job")),
+                {
+                    "interval": interval,
+                    "first": first,
+                    "base": n * per_tenant,
+                    "spread": spread,
+                    "total": total,
+                },
             )
     for tenant in tenants:
         index_jobs(client, tenant)
     client.set(index_built_key(), "bench")
+    lead = (first - datetime.now(UTC)).total_seconds()
+    time.sleep(max(0.0, lead - LEAD_IN_SECONDS))
+    print(f"schedules written; the first instant was {lead:.1f} s ahead", flush=True)
     return first
 
 
-def drop_clones() -> None:
-    """Drop the cloned tenants (every other benchmark, and `migrate`, would walk them)."""
-    with connection.cursor() as cursor:
-        for tenant in Tenant.objects.filter(slug__startswith="bench-m-"):
-            cursor.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-                    sql.Identifier(tenant.schema_name)
-                )
-            )
-            cursor.execute("DELETE FROM public.tenants_tenant WHERE id = %s", [tenant.id])
+def _failover(client, tenants: list[Tenant], interval: int, spread: float, seconds: float) -> dict:
+    """Two runscheduler processes; the leader is killed with SIGKILL once it has fired for
+    a while; the standby's takeover and the lag of what fell due after the kill."""
+    first = _reset(client, tenants, interval, spread)
+    env = {"SCHEDULER_ADMISSION_BACKLOG_MIN": str(10**9)}  # no workers: room for every run
+    procs = [start_scheduler(log=RESULTS / f"failover-{n}.log", **env) for n in (1, 2)]
+    try:
+        assert wait_until(lambda: client.get(leader_info_key()), timeout=60)
+        # Steady state: the first instants have passed and been fired.
+        time.sleep(max(0.0, (first - datetime.now(UTC)).total_seconds()) + seconds / 2)
+        holder = client.get(leader_info_key()).decode()
+        leader = next(p for p in procs if holder.endswith(f":{p.pid}"))
+        standby = next(p for p in procs if p is not leader)
+        killed = datetime.now(UTC)
+        started = time.monotonic()
+        kill9(leader)
+        took = wait_until(
+            lambda: (client.get(leader_info_key()) or b"").decode().endswith(f":{standby.pid}"),
+            timeout=60,
+            interval=0.01,
+        )
+        takeover = time.monotonic() - started
+        time.sleep(seconds)
+        stopped = datetime.now(UTC)
+    finally:
+        for proc in procs:
+            stop(proc)
+    settled = stopped - timedelta(seconds=5)  # what fell due later may not be fired yet
+    return {
+        "standby_took_lease_s": round(takeover, 2) if took else None,
+        "due_after_kill": _lag_figures(tenants, killed, settled),
+        "before_kill": _lag_figures(tenants, first, killed),
+    }
 
 
-def run(tenant_count: int = 2000, seconds: float = 60.0, keep: bool = False) -> dict:
+def run(
+    tenant_count: int = 2000,
+    seconds: float = 60.0,
+    keep: bool = False,
+    *,
+    jobs: int = 1,
+    interval: int = 10,
+    spread: float = 0.0,
+    modes: tuple[str, ...] = ("bounded", "unbounded"),
+    failover: bool = False,
+    threads: int = 4,
+) -> dict:
     client = get_redis()
     started = time.perf_counter()
-    tenants = clone_tenants(tenant_count)
-    for tenant in tenants:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.SQL("SELECT count(*) FROM {}").format(table(tenant.schema_name, "jobs_job"))
-            )
-            if cursor.fetchone()[0] == 0:
-                copy_jobs(tenant, 1, datetime.now(UTC), name="every-10s")
-    setup = time.perf_counter() - started
+    tenants, made = bench_m_tenants(tenant_count, threads)
+    Tenant.objects.filter(slug__startswith="bench-m-").update(max_concurrency=BENCH_QUOTA)
+    _ensure_jobs(tenants, jobs)
+    _pause_others(tenants)
+    results = {
+        "tenants": tenant_count,
+        "jobs_per_tenant": jobs,
+        "interval_s": interval,
+        "spread_s": spread,
+        "provisioning": made,
+        "setup_seconds": round(time.perf_counter() - started, 1),
+        "modes": {},
+    }
+    print("setup", results, flush=True)
     base = replace(
         EngineConfig.from_settings(),
         visibility_timeout_seconds=60,
         admission=UNBOUNDED_ADMISSION,
     )
-    results = {"tenants": tenant_count, "setup_seconds": round(setup, 1), "modes": {}}
-    for mode, config, checkpoints in (
-        ("bounded", base, True),
-        ("unbounded", replace(base, sweep_budget_seconds=1e9, rebuild_budget_seconds=1e9), False),
-    ):
-        since = _reset(client, tenants)
+    configs = {
+        "bounded": (base, True),
+        "unbounded": (replace(base, sweep_budget_seconds=1e9, rebuild_budget_seconds=1e9), False),
+    }
+    for mode in modes:
+        config, checkpoints = configs[mode]
+        since = _reset(client, tenants, interval, spread)
         figures = _run_leader(config, seconds, checkpoints)
-        figures.update(_fire_lag(tenants, since))
+        settled = datetime.now(UTC) - timedelta(seconds=2)
+        figures.update(_lag_figures(tenants, since, settled))
         results["modes"][mode] = figures
         print(mode, figures, flush=True)
+    if failover:
+        results["failover"] = _failover(client, tenants, interval, spread, seconds)
+        print("failover", results["failover"], flush=True)
     client.flushdb()
     if not keep:
-        drop_clones()
+        drop_tenants("bench-m-")
     return results

@@ -21,7 +21,8 @@ from psycopg import sql
 from core.sql import table
 from runs import states
 
-from .many_tenants import clone_tenants, drop_clones
+from .provisioning import drop_tenants
+from .tenant_upgrade import bench_m_tenants
 from .world import copy_jobs
 
 
@@ -55,7 +56,7 @@ def run(tenant_count: int = 2000, repeats: int = 10, keep: bool = False) -> dict
     from scheduler_site.metrics.facts import compute
 
     started = time.perf_counter()
-    tenants = clone_tenants(tenant_count)
+    tenants, _made = bench_m_tenants(tenant_count)  # provisioned from the template
     _seed(tenants)
     setup = time.perf_counter() - started
     registry = web_registry()
@@ -97,5 +98,5 @@ def run(tenant_count: int = 2000, repeats: int = 10, keep: bool = False) -> dict
     }
     print(result, flush=True)
     if not keep:
-        drop_clones()
+        drop_tenants("bench-m-")
     return result

@@ -39,6 +39,24 @@ def start_worker(*args: str, log: Path, **env: str) -> subprocess.Popen:
     )
 
 
+def start_scheduler(*, log: Path, **env: str) -> subprocess.Popen:
+    """A `manage.py runscheduler` process (leader or standby) on the bench's database."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "runscheduler"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def kill9(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(10)
+
+
 def stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)

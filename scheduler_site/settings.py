@@ -6,6 +6,8 @@ with the development secret key, so a forgotten SECRET_KEY cannot reach producti
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -74,6 +76,25 @@ PUBLIC_SCHEMA_URLCONF = "scheduler_site.urls_public"
 ROOT_URLCONF = "scheduler_site.urls_tenant"
 # Any host that is not a tenant's domain gets the public site: admin, API, health checks.
 SHOW_PUBLIC_IF_NO_TENANT_FOUND = True
+# New tenants' schemas are cloned from this schema, migrated once (tenants/schema_template.py,
+# ADR 0015); empty: every new tenant's schema is migrated instead. Not a tenant's name:
+# those are t_<slug>.
+TENANT_TEMPLATE_SCHEMA = env_str("TENANT_TEMPLATE_SCHEMA", "tenant_template")
+if TENANT_TEMPLATE_SCHEMA and (
+    not re.fullmatch(r"[a-z_][a-z0-9_]{0,50}", TENANT_TEMPLATE_SCHEMA)
+    or TENANT_TEMPLATE_SCHEMA.startswith(("t_", "pg_"))
+    or TENANT_TEMPLATE_SCHEMA == "public"
+):
+    raise ImproperlyConfigured(
+        f"TENANT_TEMPLATE_SCHEMA={TENANT_TEMPLATE_SCHEMA!r}: use lowercase letters, digits"
+        " and _ (at most 51), not starting with t_ (tenant schemas) or pg_, and not public"
+    )
+# `migrate_schemas --executor=multiprocessing` migrates tenant schemas in this many
+# processes, handing each this many schemas at a time (django-tenants' settings).
+TENANT_MULTIPROCESSING_MAX_PROCESSES = env_int(
+    "TENANT_MIGRATION_PROCESSES", os.cpu_count() or 2, minimum=1
+)
+TENANT_MULTIPROCESSING_CHUNKS = env_int("TENANT_MIGRATION_CHUNK", 10, minimum=1)
 # Issue `SET search_path` once per schema change (django-tenants resets its cache on every
 # set_tenant, rollback and close), not before every query: a round trip per cursor saved.
 TENANT_LIMIT_SET_CALLS = True

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.core.validators import MinValueValidator
 from django.db import models
 from django_tenants.models import DomainMixin, TenantMixin
+from django_tenants.utils import get_public_schema_name, schema_exists
 
 
 class Tenant(TenantMixin):
@@ -35,6 +36,24 @@ class Tenant(TenantMixin):
 
     def __str__(self) -> str:
         return self.slug
+
+    def create_schema(
+        self, check_if_exists: bool = False, sync_schema: bool = True, verbosity: int = 1
+    ) -> bool:
+        """Clone the template schema when it is current (tenants/schema_template.py), else
+        run the migrations as django-tenants does. Called by save() for a new tenant, in
+        the caller's transaction."""
+        from .schema_template import schema_create_from_template
+
+        if sync_schema and self.schema_name != get_public_schema_name():
+            if check_if_exists and schema_exists(self.schema_name):
+                return False
+            if schema_create_from_template(self.schema_name):
+                return True
+        super().create_schema(
+            check_if_exists=check_if_exists, sync_schema=sync_schema, verbosity=verbosity
+        )
+        return True
 
     @property
     def suspended(self) -> bool:

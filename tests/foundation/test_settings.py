@@ -134,3 +134,11 @@ def test_make_run_empties_the_metrics_directory_before_starting(tmp_path):
     assert _metrics_dir(env, tmp_path) == stale.parent
     assert env["PROMETHEUS_MULTIPROC_DIR"] == str(stale.parent)
     assert not stale.exists() and keep.exists()
+
+
+def test_a_template_schema_name_a_tenant_could_have_is_refused_at_start_up():
+    for bad in ("t_template", "Template", "public", "pg_x", "a-b"):
+        result = _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": bad})
+        assert result.returncode != 0, bad
+        assert f"TENANT_TEMPLATE_SCHEMA={bad!r}" in result.stderr
+    assert _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": ""}).returncode == 0

@@ -106,7 +106,7 @@ DAG_RUN = {
     "root_job": 1,
     "root_run": ex.RUN_ID,
     "trigger": "schedule",
-    "status": "succeeded",
+    "status": states.DAG_SUCCEEDED,
     "jobs": 2,
     "started_at": "2026-11-29T01:30:00.011Z",
     "finished_at": "2026-11-29T01:30:09.540Z",
@@ -192,7 +192,7 @@ class DagRunDetailView(ApiView):
                 "A chain, half done",
                 {
                     **DAG_RUN,
-                    "status": "running",
+                    "status": states.DAG_RUNNING,
                     "finished_at": None,
                     "nodes": [
                         {
@@ -201,7 +201,7 @@ class DagRunDetailView(ApiView):
                             "deleted": False,
                             "run": {
                                 "id": ex.RUN_ID,
-                                "status": "succeeded",
+                                "status": states.SUCCEEDED,
                                 "skip_reason": "",
                                 "scheduled_for": "2026-11-29T01:30:00Z",
                                 "started_at": "2026-11-29T01:30:00.011Z",

@@ -8,6 +8,8 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiExample
 
+from runs import states
+
 RUN_ID = "01a22689-11d9-754e-8aa1-48ddf05cae1b"
 DAG_RUN_ID = "01a2268a-0b6e-7b42-9d1e-5f1c2a7e3b10"
 
@@ -49,7 +51,11 @@ JOB = {
     "paused_at": None,
     "fault": None,
     "next_run_at": "2026-11-30T01:30:00Z",
-    "last_run": {"id": RUN_ID, "status": "succeeded", "finished_at": "2026-11-29T01:30:02.114Z"},
+    "last_run": {
+        "id": RUN_ID,
+        "status": states.SUCCEEDED,
+        "finished_at": "2026-11-29T01:30:02.114Z",
+    },
     "created_at": "2026-11-20T09:00:46.347306Z",
     "updated_at": "2026-11-20T09:00:46.347306Z",
 }
@@ -66,7 +72,7 @@ RUN = {
     "job_name": "nightly-report",
     "job_deleted": False,
     "trigger": "schedule",
-    "status": "succeeded",
+    "status": states.SUCCEEDED,
     "scheduled_for": "2026-11-29T01:30:00Z",
     "queued_at": "2026-11-29T01:30:00.004Z",
     "started_at": "2026-11-29T01:30:00.011Z",
@@ -75,7 +81,7 @@ RUN = {
     "attempts": [
         {
             "number": 1,
-            "outcome": "succeeded",
+            "outcome": states.ATTEMPT_SUCCEEDED,
             "worker": "worker-1:4711",
             "started_at": "2026-11-29T01:30:00.011Z",
             "finished_at": "2026-11-29T01:30:02.114Z",
@@ -91,7 +97,7 @@ RUN = {
 DEAD_RUN = {
     **RUN,
     "trigger": "manual",
-    "status": "dead",
+    "status": states.DEAD,
     "attempt": 3,
     "attempts": [],
     "error": "HTTP 500",

@@ -15,6 +15,7 @@ from jobs import selectors, services
 from jobs.models import Job
 from runs import services as run_services
 from runs.selectors import run_get, with_job_names, with_last_run
+from runs.states import SCHEDULED
 from scheduler_site.api import examples as ex
 from scheduler_site.api.fields import query, validated
 from scheduler_site.api.pagination import KeysetPagination, page_of
@@ -263,7 +264,7 @@ class JobTriggerView(JobView):
         examples=[
             ex.request("With a payload of its own", {"payload": {"version": "1.4.2"}}),
             ex.request("With the job's payload", {}),
-            ex.answer("The run", {**ex.RUN, "trigger": "manual", "status": "scheduled"}, 202),
+            ex.answer("The run", {**ex.RUN, "trigger": "manual", "status": SCHEDULED}, 202),
         ],
         parameters=[IDEMPOTENCY_KEY, *TRIGGER_HEADERS],
         responses={

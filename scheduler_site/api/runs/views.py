@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs import selectors, services
+from runs import selectors, services, states
 from scheduler_site.api import examples as ex
 from scheduler_site.api.fields import query, validated
 from scheduler_site.api.pagination import page_of
@@ -104,7 +104,7 @@ class RunCancelView(RunView):
         ),
         request=None,
         examples=[
-            ex.answer("The cancelled run", {**ex.RUN, "status": "cancelled", "attempts": []}),
+            ex.answer("The cancelled run", {**ex.RUN, "status": states.CANCELLED, "attempts": []}),
             ex.problem(
                 "It had finished",
                 409,
@@ -130,7 +130,9 @@ class RunReplayView(RunView):
         ),
         request=None,
         examples=[
-            ex.answer("The run, retrying", {**ex.DEAD_RUN, "status": "retrying", "attempt": 4}, 202)
+            ex.answer(
+                "The run, retrying", {**ex.DEAD_RUN, "status": states.RETRYING, "attempt": 4}, 202
+            )
         ],
         responses={
             202: OpenApiResponse(RunSerializer, "The run, now `retrying`."),

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cryptography.fernet import Fernet
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -59,6 +60,9 @@ def start_gunicorn(port: int, log: Path, workers: int = 2) -> subprocess.Popen:
         **os.environ,
         "DEBUG": "0",
         "SECRET_KEY": os.environ.get("SECRET_KEY") or "bench-" + "x" * 50,
+        # with DEBUG off secrets at rest need a real key (a throwaway one will do here)
+        "TICKWORK_SECRET_KEYS": os.environ.get("TICKWORK_SECRET_KEYS")
+        or Fernet.generate_key().decode(),
         "SESSION_COOKIE_SECURE": "0",
     }
     command = [

@@ -37,7 +37,8 @@ def with_relation_ids(queryset: QuerySet[Job]) -> QuerySet[Job]:
     """Jobs annotated with `upstream_ids` and `calendar_names` (each sorted), in the same
     statement: what the API shows of a job's relations. Two prefetch queries per page, and
     Django's prefetch machinery, cost more than the rest of a page of 50 together; the
-    subqueries are SQL, which Django does not have to compile."""
+    subqueries are SQL, which Django does not have to compile. They name the job's table
+    `jobs_job`, as Django does in a top-level query: not for a nested queryset."""
     return queryset.annotate(
         upstream_ids=RawSQL(_UPSTREAM_IDS, (), output_field=ArrayField(models.BigIntegerField())),
         calendar_names=RawSQL(_CALENDAR_NAMES, (), output_field=ArrayField(models.CharField())),

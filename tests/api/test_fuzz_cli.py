@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 from ..scenarios.procs import ROOT, Proc, process_env, wait_for
 
@@ -41,7 +42,12 @@ def _answers(port: int) -> bool:
 @pytest.fixture
 def gunicorn(live, tmp_path):
     port = _free_port()
-    env = process_env(DEBUG="0", SECRET_KEY="fuzz-" + "k" * 50, SESSION_COOKIE_SECURE="0")
+    env = process_env(
+        DEBUG="0",
+        SECRET_KEY="fuzz-" + "k" * 50,
+        SESSION_COOKIE_SECURE="0",
+        TICKWORK_SECRET_KEYS=Fernet.generate_key().decode(),  # DEBUG off needs a real key
+    )
     web = Proc(
         "web",
         [

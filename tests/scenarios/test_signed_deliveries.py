@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 
 import pytest
+from django.test import override_settings
 from django_tenants.utils import schema_context
 from standardwebhooks import Webhook
 
@@ -27,6 +28,7 @@ ENV = {
 }
 
 
+@override_settings(SCHEDULER_HTTP_ALLOW_NETWORKS=["127.0.0.0/8"])  # the local receiver
 def test_worker_processes_sign_deliveries_and_never_log_the_secret_header(
     live, redis_client, tmp_path
 ):

@@ -111,7 +111,18 @@ def redis_client():
     client.flushdb()
 
 
-TENANT_DATA_TABLES = ("runs_attempt", "runs_run", "jobs_dependency", "jobs_auditevent", "jobs_job")
+# Everything a test can write in a tenant's schema: a row left behind (a calendar named
+# after an API example, say) makes a later test's create collide with it.
+TENANT_DATA_TABLES = (
+    "runs_attempt",
+    "runs_run",
+    "runs_dagrun",
+    "jobs_dependency",
+    "jobs_auditevent",
+    "jobs_job_calendars",
+    "jobs_exclusioncalendar",
+    "jobs_job",
+)
 
 
 def truncate_tenant_data(schemas: list[str]) -> None:

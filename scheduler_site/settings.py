@@ -43,6 +43,13 @@ for _position, _key in enumerate(TICKWORK_SECRET_KEYS, 1):
         raise ImproperlyConfigured(str(_exc)) from None
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", ".localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Hosts that are always the public site (admin, API, health, /metrics): provisioning refuses
+# them as a tenant's domain, since a tenant holding one would hide the public site behind
+# its portal.
+SCHEDULER_PUBLIC_HOSTS = [
+    host.lower()
+    for host in env_list("SCHEDULER_PUBLIC_HOSTS", ["localhost", "127.0.0.1", "[::1]", "::1"])
+]
 
 SHARED_APPS = [
     "django_tenants",

@@ -74,6 +74,11 @@ def _validate(slug: str, domain: str, admin_user: str) -> None:
         raise ProvisioningError(f"tenant {slug!r} already exists")
     if not DOMAIN_RE.match(domain):
         raise ProvisioningError(f"invalid domain {domain!r}")
+    if domain in settings.SCHEDULER_PUBLIC_HOSTS:
+        raise ProvisioningError(
+            f"domain {domain!r} is the public host (SCHEDULER_PUBLIC_HOSTS): give the tenant "
+            f"a domain of its own, e.g. {default_domain_for(slug)!r}"
+        )
     if Domain.objects.filter(domain=domain).exists():
         raise ProvisioningError(f"domain {domain!r} already belongs to a tenant")
     if not admin_user or len(admin_user) > 150:

@@ -73,6 +73,8 @@ def test_provisioning_an_existing_slug_fails_and_changes_nothing(alpha):
     [
         (["Bad_Slug"], "invalid slug"),
         (["gamma", "--domain", "alpha.localhost"], "already belongs"),
+        (["gamma", "--domain", "localhost"], "is the public host"),
+        (["gamma", "--domain", "127.0.0.1"], "is the public host"),
         (["gamma", "--weight", "0"], "at least 1"),
     ],
 )

@@ -152,7 +152,8 @@ _db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
 # (a worker's claim and finish, the leader's fire): planning them cost ~1 ms each, more
 # than executing them. Prepared plans follow search_path changes (PostgreSQL re-plans a
 # cached statement when search_path differs), so tenant switching stays correct.
-# Behind a transaction-pooling PgBouncer, set DB_PREPARE_THRESHOLD=0 (no prepared statements).
+# DB_PREPARE_THRESHOLD=0: no prepared statements. (PgBouncer: session pooling only, see
+# docs/operations.md "Connection budget".)
 if env_int("DB_PREPARE_THRESHOLD", 5, minimum=0):
     _db.setdefault("OPTIONS", {})["server_side_binding"] = True
     _db["OPTIONS"]["prepare_threshold"] = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
@@ -165,9 +166,9 @@ if DB_POOL_MAX_SIZE:
         "timeout": env_float("DB_POOL_TIMEOUT_SECONDS", 30.0, minimum=1.0),
     }
 # Every wait on PostgreSQL is bounded (0 turns one off). Sent as startup options, so they
-# hold from the first statement of every connection; a transaction-pooling PgBouncer
-# refuses startup options: set all three to 0 there and configure them on the database
-# role instead (ALTER ROLE ... SET statement_timeout = ...).
+# hold from the first statement of every connection. A pooler that refuses startup
+# options (PgBouncer without ignore_startup_parameters): set all three to 0 and put them
+# on the database role instead (ALTER ROLE ... SET statement_timeout = ...).
 DB_STATEMENT_TIMEOUT_SECONDS = env_float("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0)
 DB_LOCK_TIMEOUT_SECONDS = env_float("DB_LOCK_TIMEOUT_SECONDS", 10.0, minimum=0)
 DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float(

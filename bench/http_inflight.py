@@ -18,10 +18,13 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 from django_tenants.utils import schema_context
+from psycopg import sql
 
 from core.clock import SystemClock
 from core.redis import get_redis
+from core.sql import table
 from jobs.services import Actor, job_create
 
 from .concurrency import _running, heartbeat_statement_ms, stop_all
@@ -54,6 +57,23 @@ def _held(receivers) -> int:
         with contextlib.suppress(OSError, ValueError, KeyError):
             total += json.loads(report.read_text())["live"]
     return total
+
+
+def _probe_latency_ms(client, schema: str, job_id: int) -> float | None:
+    """The broker consumer while the HTTP load is held: a `builtin.noop` run published now
+    is taken and finished how fast?"""
+    [run_id] = _queued_runs(schema, job_id, 1)
+    started = time.perf_counter()
+    _publish(client, QUEUE, run_messages(schema, [run_id]))
+    query = sql.SQL("SELECT status FROM {} WHERE id = %s").format(table(schema, "runs_run"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(query, [run_id])
+            if cursor.fetchone()[0] == "succeeded":
+                return round((time.perf_counter() - started) * 1000, 1)
+        time.sleep(0.005)
+    return None
 
 
 def run(
@@ -92,6 +112,16 @@ def run(
                     },
                 )
             )
+        noop = job_create(
+            tenant=tenant,
+            actor=Actor("bench"),
+            clock=SystemClock(),
+            data={
+                "name": "noop-probe",
+                "schedule": None,
+                "target": {"type": "task", "task": "builtin.noop"},
+            },
+        )
     client.flushdb()
     servers = _receivers(receivers)
     worker = start_worker(
@@ -135,6 +165,7 @@ def run(
         time.sleep(2)
         running = _running(schema)
         busy_rss = tree_rss_bytes(worker.pid)
+        probe_ms = _probe_latency_ms(client, schema, noop.id)
         held = max(peak, _held(servers))
         beat_ms = heartbeat_statement_ms(schema, ids[: -(-len(ids) // processes)])
     finally:
@@ -156,13 +187,15 @@ def run(
         "kib_per_run": round((busy_rss - idle_rss) / max(held, 1) / 1024, 1),
         "heartbeat_update_ms_per_process": round(beat_ms, 1),
         "heartbeat_seconds": beat_seconds,
+        "noop_run_while_held_ms": probe_ms,
         "prefetch_multiplier": prefetch,
     }
     print(
         f"async HTTP worker, {processes} pool processes: {held:,} of {inflight:,} requests held "
         f"at the receivers ({running:,} runs running) after {peak_at:.1f}s; RSS "
         f"{result['idle_rss_mib']} -> {result['busy_rss_mib']} MiB = {result['kib_per_run']} "
-        f"KiB per run; one process's heartbeat UPDATE ({len(ids) // processes:,} runs) "
+        f"KiB per run; a no-op run published meanwhile finished in {probe_ms} ms; "
+        f"one process's heartbeat UPDATE ({len(ids) // processes:,} runs) "
         f"{beat_ms:.1f} ms every {beat_seconds} s; open files limit {hard:,} per process",
         flush=True,
     )

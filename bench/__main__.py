@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             "dag": dag.run(30, repeats=1, timeout=120),
             "fair_share": fair_share.run(300, workers=2, timeout=300),
             "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
+            "http_inflight": http_inflight.run(300, processes=2, hold=30),
         }
     if args.json:
         print(json.dumps(result, default=str))

@@ -22,6 +22,7 @@ from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
+from beat.messages import build_message
 from core.clock import SystemClock
 from core.redis import get_redis
 from core.sql import table
@@ -33,6 +34,7 @@ from .throughput import QUEUE, _publish, _queued_runs, run_messages
 from .world import bench_tenants, drop_bench_data
 
 BASE_PORT = 18600
+PROBE_QUEUE = "runs.high.0"
 RESULTS = Path("bench/results")
 
 
@@ -51,6 +53,20 @@ def _receivers(count: int) -> list[tuple[subprocess.Popen, Path]]:
     return started
 
 
+def _settled_rss(pid: int, processes: int, timeout: float = 60) -> int:
+    """The idle worker's RSS once its pool processes exist and it stopped growing."""
+    deadline, last = time.monotonic() + timeout, -1
+    time.sleep(3)
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        rss = tree_rss_bytes(pid)
+        if len(children) >= processes and abs(rss - last) < 2**20:
+            return rss
+        last = rss
+        time.sleep(2)
+    return tree_rss_bytes(pid)
+
+
 def _held(receivers) -> int:
     total = 0
     for _, report in receivers:
@@ -61,10 +77,18 @@ def _held(receivers) -> int:
 
 def _probe_latency_ms(client, schema: str, job_id: int) -> float | None:
     """The broker consumer while the HTTP load is held: a `builtin.noop` run published now
-    is taken and finished how fast?"""
+    to a high-priority queue (polled before the HTTP runs' queue, so that it does not wait
+    behind their backlog) is taken and finished how fast?"""
     [run_id] = _queued_runs(schema, job_id, 1)
     started = time.perf_counter()
-    _publish(client, QUEUE, run_messages(schema, [run_id]))
+    message = build_message(
+        task_name="runs.execute_run",
+        task_id=run_id,
+        args=[schema, run_id, 1],
+        queue=PROBE_QUEUE,
+        origin="bench",
+    )
+    _publish(client, PROBE_QUEUE, [message])
     query = sql.SQL("SELECT status FROM {} WHERE id = %s").format(table(schema, "runs_run"))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -130,7 +154,7 @@ def run(
         "-c",
         str(processes),
         "-Q",
-        QUEUE,
+        f"{PROBE_QUEUE},{QUEUE}",
         "-n",
         "async@%h",
         "--prefetch-multiplier",
@@ -142,8 +166,7 @@ def run(
         SCHEDULER_HEARTBEAT_SECONDS=str(beat_seconds),
     )
     try:
-        time.sleep(6)  # the worker is up and idle
-        idle_rss = tree_rss_bytes(worker.pid)
+        idle_rss = _settled_rss(worker.pid, processes)
         ids: list[str] = []
         share = -(-inflight // receivers)
         for job in jobs:

@@ -34,6 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
     conc.add_argument("--workers", type=int, default=1, help="worker processes")
+    hin = sub.add_parser(
+        "http-inflight", help="HTTP executions held in flight by the asyncio execution mode"
+    )
+    hin.add_argument("--inflight", type=int, default=2000)
+    hin.add_argument("--processes", type=int, default=2, help="prefork pool processes")
+    hin.add_argument("--per-process", type=int, default=0, help="TICKWORK_HTTP_MAX_INFLIGHT")
+    hin.add_argument("--hold", type=int, default=120, help="seconds a receiver holds each")
+    hin.add_argument("--receivers", type=int, default=0, help="receiver processes (ports)")
+    hin.add_argument("--beat-seconds", type=int, default=10)
+    hin.add_argument("--prefetch", type=int, default=1, help="--prefetch-multiplier")
     many = sub.add_parser(
         "many-tenants", help="leader iterations, lease gaps, failover: many tenants"
     )
@@ -91,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         dag,
         fair_share,
         fire_lag,
+        http_inflight,
         leader_cost,
         many_tenants,
         metrics_scrape,
@@ -111,6 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         result = outbound.run()
     elif args.bench == "concurrency":
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
+    elif args.bench == "http-inflight":
+        result = http_inflight.run(
+            args.inflight,
+            args.processes,
+            args.per_process,
+            args.hold,
+            args.receivers,
+            args.beat_seconds,
+            args.prefetch,
+        )
     elif args.bench == "throughput":
         result = throughput.run(args.count, args.repeats)
     elif args.bench == "many-tenants":
@@ -155,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             "dag": dag.run(30, repeats=1, timeout=120),
             "fair_share": fair_share.run(300, workers=2, timeout=300),
             "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
+            "http_inflight": http_inflight.run(300, processes=2, hold=30),
         }
     if args.json:
         print(json.dumps(result, default=str))

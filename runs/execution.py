@@ -17,7 +17,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import InterfaceError, OperationalError, connection
 from django_tenants.utils import schema_context
@@ -33,14 +33,15 @@ from . import states
 from .dags import dag_settle_after_end, dag_start
 from .heartbeat import Heartbeats
 from .notify import enqueue_retry_on_commit, notify_finished
-from .observe import ids, run_claimed, run_finished, run_not_claimed
+from .observe import http_call_ended, ids, run_claimed, run_finished, run_not_claimed
 from .outcomes import Decision, Outcome, decide
 from .retry import RetryPolicy
 from .status_sql import STATUS
+from .targets.http import HttpCall, HttpOutcome, send
 from .targets.http_target import (
     DeliveryNotReady,
-    PreparedDelivery,
-    call_http_target,
+    allow_networks,
+    http_call,
     prepare_delivery,
     scheduler_headers,
 )
@@ -214,6 +215,32 @@ def execute_task_target(claimed: Claimed, context: RunContext) -> Outcome:
 def execute_http_target(claimed: Claimed, context: RunContext, clock: Clock) -> Outcome:
     """Open the job's secret headers, sign, send; from opening the secrets to returning,
     every log line and the text kept of the attempt have their values redacted."""
+    prepared = prepare_http(claimed, clock)
+    if isinstance(prepared, Outcome):
+        return prepared
+    with redacting(prepared.secrets):
+        try:
+            result = send(prepared.call, allow=allow_networks())
+        except Exception as exc:  # logged and recorded here, while redaction is on
+            outcome = http_call_failed(claimed, exc)
+        else:
+            http_call_ended(result)
+            outcome = http_outcome(result)
+    return redacted(outcome, prepared.secrets)
+
+
+@dataclass(frozen=True)
+class PreparedHttp:
+    """An HTTP target's call, ready to send: its secret header values are open in it
+    (`secrets`, to redact) until the attempt's outcome is recorded."""
+
+    claimed: Claimed
+    call: HttpCall
+    secrets: tuple[str, ...]
+
+
+def prepare_http(claimed: Claimed, clock: Clock) -> PreparedHttp | Outcome:
+    """The call of both execution modes, or the failed outcome if it cannot be made."""
     scheduler = scheduler_headers(
         run_id=str(claimed.run_id),
         job_id=claimed.job_id,
@@ -240,35 +267,40 @@ def execute_http_target(claimed: Claimed, context: RunContext, clock: Clock) -> 
             **ids(claimed),
         )
         return Outcome(False, str(exc))  # not permanent: a worker with the key can run it
-    with redacting(delivery.secrets):
-        outcome = _send(claimed, delivery, scheduler)
-    return _redacted(outcome, delivery.secrets)
-
-
-def _send(claimed: Claimed, delivery: PreparedDelivery, scheduler: dict[str, str]) -> Outcome:
     ours = {name.lower() for name in scheduler}
     headers = {k: v for k, v in delivery.headers.items() if k.lower() not in ours}
-    try:
-        result = call_http_target(
-            target=claimed.target,
-            payload=claimed.payload,
-            timeout_seconds=claimed.timeout_seconds,
-            headers={**headers, **scheduler},
-            signer=delivery.signer,
-        )
-    except Exception as exc:  # logged and recorded here, while redaction is on
-        log_event(
-            log,
-            "run.http_call_failed",
-            "run %s: the HTTP call failed: %s",
-            claimed.run_id,
-            exc.__class__.__name__,
-            level=logging.ERROR,
-            exc_info=True,
-            error=exc.__class__.__name__,
-            **ids(claimed),
-        )
-        return Outcome(False, f"{exc.__class__.__name__}: {exc}")
+    with redacting(delivery.secrets):
+        try:
+            call = http_call(
+                target=claimed.target,
+                payload=claimed.payload,
+                timeout_seconds=claimed.timeout_seconds,
+                headers={**headers, **scheduler},
+                signer=delivery.signer,
+            )
+        except Exception as exc:
+            return redacted(http_call_failed(claimed, exc), delivery.secrets)
+    return PreparedHttp(claimed, call, delivery.secrets)
+
+
+def http_call_failed(claimed: Claimed, exc: Exception) -> Outcome:
+    """A bug or a bad target (not a network problem: those are outcomes): logged while
+    redaction is on, and recorded."""
+    log_event(
+        log,
+        "run.http_call_failed",
+        "run %s: the HTTP call failed: %s",
+        claimed.run_id,
+        exc.__class__.__name__,
+        level=logging.ERROR,
+        exc_info=True,
+        error=exc.__class__.__name__,
+        **ids(claimed),
+    )
+    return Outcome(False, f"{exc.__class__.__name__}: {exc}")
+
+
+def http_outcome(result: HttpOutcome) -> Outcome:
     if result.ok:
         return Outcome(True, output=result.body_excerpt)
     # A refused destination is a configuration problem: retrying cannot help.
@@ -277,7 +309,7 @@ def _send(claimed: Claimed, delivery: PreparedDelivery, scheduler: dict[str, str
     )
 
 
-def _redacted(outcome: Outcome, secrets: tuple[str, ...]) -> Outcome:
+def redacted(outcome: Outcome, secrets: tuple[str, ...]) -> Outcome:
     if not secrets:
         return outcome
     return dataclasses.replace(
@@ -350,8 +382,16 @@ def run_execute(
     worker: str,
     clock: Clock,
     heartbeats: Heartbeats | None = None,
+    http_executor: HttpExecutorLike | None = None,
 ) -> str:
-    """Execute one delivery of a run message; returns what happened (for logs and tests)."""
+    """Execute one delivery of a run message; returns what happened (for logs and tests).
+
+    With an `http_executor` (TICKWORK_HTTP_EXECUTION=async), an HTTP target's call is
+    handed to it once claimed and prepared, and this returns "handed-off": the executor
+    finishes the run with :func:`complete_run` when the call ends. The delivery may be
+    acknowledged then: from the claim on, PostgreSQL holds the run (`running`, this
+    attempt), so a second delivery of the message would claim nothing anyway, and a
+    worker that dies is found by its heartbeats stopping (the reaper), as before."""
     claimed = claim_or_requeue(
         schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
     )
@@ -362,7 +402,27 @@ def run_execute(
     claimed, refused = _start_dag_run_if_root(claimed, clock)
     release_connection()
     started = time.monotonic()
+    if refused is None and http_executor is not None and _is_live_http(claimed):
+        prepared = prepare_http(claimed, clock)
+        if isinstance(prepared, PreparedHttp):
+            http_executor.submit(prepared, started)
+            return "handed-off"
+        refused = prepared
     outcome = refused if refused is not None else _execute(claimed, heartbeats, clock)
+    return complete_run(claimed, outcome, clock, started)
+
+
+class HttpExecutorLike(Protocol):
+    def submit(self, prepared: PreparedHttp, started: float) -> None: ...
+
+
+def _is_live_http(claimed: Claimed) -> bool:
+    return claimed.target_type == "http" and not claimed.job_deleted
+
+
+def complete_run(claimed: Claimed, outcome: Outcome, clock: Clock, started: float) -> str:
+    """Record an executed attempt and what follows it (the leader told, the DAG run
+    settled); returns the run's new status, or "superseded" if it had moved on."""
     decision = finish_with_retries(claimed, outcome, clock)
     run_finished(claimed, outcome, decision, time.monotonic() - started)
     if decision is None:

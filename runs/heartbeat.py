@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 
 from django.db import close_old_connections, connection
 from psycopg import sql
@@ -39,7 +40,9 @@ RETURNING r.id, r.attempt
 class Heartbeats:
     def __init__(self, interval_seconds: float) -> None:
         self.interval = interval_seconds
-        self._running: dict[tuple[str, str, int], threading.Event] = {}
+        # What to call when an attempt is found stopped: its Event's set(), or the
+        # callback of a run in the asyncio executor (which aborts its request).
+        self._running: dict[tuple[str, str, int], Callable[[], object]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._owner_pid: int | None = None
@@ -48,11 +51,21 @@ class Heartbeats:
     def track(self, schema: str, run_id: str, attempt: int) -> threading.Event:
         """Start beating for one attempt of a run; returns the event raised if it is
         stopped (cancelled, reaped, or superseded by another attempt)."""
-        self._ensure_thread()
         stop = threading.Event()
-        with self._lock:
-            self._running[(schema, str(run_id), attempt)] = stop
+        self.track_callback(schema, run_id, attempt, stop.set)
         return stop
+
+    def track_callback(
+        self, schema: str, run_id: str, attempt: int, on_stop: Callable[[], object]
+    ) -> None:
+        """As :meth:`track`, calling `on_stop` (from the heartbeat thread) instead of
+        raising an event: no Event per run for thousands of requests in flight."""
+        self._ensure_thread()
+        with self._lock:
+            self._running[(schema, str(run_id), attempt)] = on_stop
+
+    def tracked(self) -> int:
+        return len(self._running)
 
     def untrack(self, schema: str, run_id: str, attempt: int) -> None:
         with self._lock:
@@ -70,7 +83,7 @@ class Heartbeats:
             alive = self._beat_schema(schema, attempts)
             for run_id, attempt in attempts:
                 if (run_id, attempt) not in alive:
-                    snapshot[(schema, run_id, attempt)].set()
+                    snapshot[(schema, run_id, attempt)]()
                     stopped += 1
                     HEARTBEAT_STOPPED.inc()
                     log_event(

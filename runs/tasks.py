@@ -8,18 +8,46 @@ import time
 
 from celery import shared_task
 from celery.exceptions import Reject
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.conf import settings
 from django.db import connection
 
 from core.clock import SystemClock
 
 from . import worker_registry  # noqa: F401  (connects the worker_ready signal)
-from .execution import DatabaseUnavailable, run_execute
+from .execution import DatabaseUnavailable, complete_run, run_execute
 from .heartbeat import Heartbeats
+from .http_executor import HttpExecutor
+from .targets.http_target import allow_networks
 
 CLOCK = SystemClock()
 HEARTBEATS = Heartbeats(settings.SCHEDULER_HEARTBEAT_SECONDS)
 REQUEUE_PAUSE_SECONDS = 1.0
+DRAIN_SECONDS = 30.0  # at shutdown, calls still in flight after this are reaped later
+
+
+def http_executor_from_settings() -> HttpExecutor | None:
+    if settings.TICKWORK_HTTP_EXECUTION != "async":
+        return None
+    return HttpExecutor(
+        max_inflight=settings.TICKWORK_HTTP_MAX_INFLIGHT,
+        heartbeats=HEARTBEATS,
+        finish=lambda prepared, outcome, started: complete_run(
+            prepared.claimed, outcome, CLOCK, started
+        ),
+        allow=allow_networks,
+    )
+
+
+HTTP_EXECUTOR = http_executor_from_settings()
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _drain_http_executor(**_: object) -> None:
+    """A warm shutdown waits for the calls in flight (bounded), as for running tasks."""
+    if HTTP_EXECUTOR is not None and HTTP_EXECUTOR.inflight():
+        HTTP_EXECUTOR.drain(DRAIN_SECONDS)
 
 
 def worker_identity() -> str:
@@ -40,6 +68,7 @@ def execute_run(schema: str, run_id: str, attempt: int) -> str:
             worker=worker_identity(),
             clock=CLOCK,
             heartbeats=HEARTBEATS,
+            http_executor=HTTP_EXECUTOR,
         )
     except DatabaseUnavailable:
         # Nothing was done: the delivery goes back to the broker (after a pause, so that a

@@ -49,6 +49,16 @@ def live_slots(client: redis.Redis, now: float) -> int:
     return total
 
 
+def slots_of(concurrency: int) -> int:
+    """Runs a worker takes at once: its pool's concurrency, or with the asyncio HTTP
+    executor as many calls as each pool process holds in flight (ADR 0018)."""
+    from django.conf import settings
+
+    if settings.TICKWORK_HTTP_EXECUTION == "async":
+        return concurrency * settings.TICKWORK_HTTP_MAX_INFLIGHT
+    return concurrency
+
+
 def _refresh_forever(slots: int) -> None:
     global _member
     while not _stop.wait(REFRESH_SECONDS):
@@ -64,7 +74,7 @@ def _refresh_forever(slots: int) -> None:
 def _on_worker_ready(sender=None, **_: object) -> None:
     global _member
     controller = getattr(sender, "controller", None)
-    slots = int(getattr(controller, "concurrency", 1) or 1)
+    slots = slots_of(int(getattr(controller, "concurrency", 1) or 1))
     try:
         _member = register(slots)
     except redis.RedisError as exc:

@@ -355,6 +355,15 @@ SCHEDULER_HEARTBEAT_SECONDS = env_float("SCHEDULER_HEARTBEAT_SECONDS", 10.0, min
 SCHEDULER_HTTP_MAX_RESPONSE_BYTES = env_int(
     "SCHEDULER_HTTP_MAX_RESPONSE_BYTES", 1 << 20, minimum=1024
 )
+# How a worker process executes HTTP targets: `sync` in the pool's own slot (one slot per
+# run in flight), or `async`: handed to the process's asyncio executor, which holds up to
+# TICKWORK_HTTP_MAX_INFLIGHT requests at once (runs/http_executor.py, ADR 0018).
+TICKWORK_HTTP_EXECUTION = env_str("TICKWORK_HTTP_EXECUTION", "sync").strip().lower()
+if TICKWORK_HTTP_EXECUTION not in ("sync", "async"):
+    raise ImproperlyConfigured(
+        f"TICKWORK_HTTP_EXECUTION={TICKWORK_HTTP_EXECUTION!r}: expected sync or async"
+    )
+TICKWORK_HTTP_MAX_INFLIGHT = env_int("TICKWORK_HTTP_MAX_INFLIGHT", 10_000, minimum=1)
 # How long a rotated-out signing secret keeps signing beside the new one (by default; a
 # rotation may name its own overlap).
 SCHEDULER_SIGNING_SECRET_OVERLAP_SECONDS = env_int(

@@ -18,13 +18,12 @@ from django.conf import settings
 
 from core.clock import Clock
 from core.encryption import UnsealError, keyring
-from core.ssrf import parse_allow_networks
+from core.ssrf import AllowList, parse_allow_networks
 from core.webhook_signing import webhook_headers
 from jobs.headers import open_headers
 from tenants.signing import SIGNING_KEYS, SigningKeys
 
-from ..observe import http_call_ended
-from .http import HttpCall, HttpOutcome, send
+from .http import HttpCall
 
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 Signer = Callable[[bytes], Mapping[str, str]]
@@ -82,17 +81,18 @@ def prepare_delivery(
     return PreparedDelivery(opened.values, opened.secrets, signer_for(keys, run_id, clock))
 
 
-def call_http_target(
+def http_call(
     *,
     target: dict,
     payload: dict,
     timeout_seconds: float,
     headers: dict,
     signer: Signer | None = None,
-) -> HttpOutcome:
-    """`headers`: the job's (opened) and the scheduler's, the scheduler's winning."""
+) -> HttpCall:
+    """The call a job's target makes; `headers`: the job's (opened) and the scheduler's,
+    the scheduler's winning. Both execution modes build it here."""
     method = target.get("method", "POST").upper()
-    call = HttpCall(
+    return HttpCall(
         method=method,
         url=target["url"],
         headers=headers,
@@ -101,6 +101,7 @@ def call_http_target(
         max_response_bytes=settings.SCHEDULER_HTTP_MAX_RESPONSE_BYTES,
         signer=signer,
     )
-    outcome = send(call, allow=parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS))
-    http_call_ended(outcome)
-    return outcome
+
+
+def allow_networks() -> AllowList:
+    return parse_allow_networks(settings.SCHEDULER_HTTP_ALLOW_NETWORKS)

@@ -29,6 +29,7 @@ PURE_MODULES = (
     "core.redaction",
     "core.logs",
     "jobs.headers",
+    "runs.targets.http_async",
 )
 
 

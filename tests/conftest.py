@@ -111,7 +111,18 @@ def redis_client():
     client.flushdb()
 
 
-TENANT_DATA_TABLES = ("runs_attempt", "runs_run", "jobs_dependency", "jobs_auditevent", "jobs_job")
+TENANT_DATA_TABLES = (
+    "alerts_deliveryattempt",
+    "alerts_notification",
+    "alerts_incident",
+    "alerts_alertchannel",
+    "alerts_evaluationcursor",
+    "runs_attempt",
+    "runs_run",
+    "jobs_dependency",
+    "jobs_auditevent",
+    "jobs_job",
+)
 
 
 def truncate_tenant_data(schemas: list[str]) -> None:

@@ -440,6 +440,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.states.ALL",
         "DagRunStatusEnum": "runs.states.DAG_STATUSES",
+        "AlertChannelKindEnum": "alerts.states.CHANNEL_KINDS",
+        "AlertIncidentKindEnum": "alerts.states.KINDS",
+        "AlertEventEnum": "alerts.states.EVENTS",
+        "AlertDeliveryStateEnum": "alerts.states.DELIVERY_STATES",
         "SkipReasonEnum": [
             "",
             "overlap",

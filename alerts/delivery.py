@@ -29,7 +29,7 @@ from core.clock import Clock
 from core.encryption import UnsealError, keyring
 from core.logs import log_event
 from core.metrics import LEADER
-from core.sql import one_of, table
+from core.sql import table
 from core.ssrf import parse_allow_networks
 from runs.targets.http import HttpCall, send
 from runs.targets.http_target import signer_for
@@ -69,8 +69,8 @@ UPDATE {notifications} n SET state = {sending}, attempts = n.attempts + 1,
 FROM {channels} c
 WHERE c.id = n.channel_id AND n.id = (
     SELECT id FROM {notifications}
-    WHERE state IN {open} AND next_attempt_at <= %(now)s
-      AND (state = {pending} OR lease_until <= %(now)s)
+    WHERE (state = {pending} AND next_attempt_at <= %(now)s)
+       OR (state = {sending} AND lease_until <= %(now)s)
     ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING n.id, n.attempts, c.kind, c.url, c.headers, c.emails, n.payload
 """
@@ -85,7 +85,6 @@ def claim_next(
             channels=table(schema, "alerts_alertchannel"),
             sending=sql.Literal(SENDING),
             pending=sql.Literal(PENDING),
-            open=one_of((PENDING, SENDING)),
         ),
         {"now": now, "holder": holder, "lease_until": now + timedelta(seconds=lease_seconds)},
     )

@@ -112,10 +112,17 @@ class Notification(models.Model):
         ]
         indexes = [
             models.Index(fields=["-created_at", "-id"], name="notification_recent_idx"),
+            # Equality predicates: what a sender claims (tenant_template's clone check
+            # compares index definitions, and an IN list's casts print differently).
             models.Index(
                 fields=["next_attempt_at"],
-                name="notification_due_idx",
-                condition=Q(state__in=[states.PENDING, states.SENDING]),
+                name="notification_pending_idx",
+                condition=Q(state=states.PENDING),
+            ),
+            models.Index(
+                fields=["lease_until"],
+                name="notification_sending_idx",
+                condition=Q(state=states.SENDING),
             ),
         ]
 

@@ -31,7 +31,7 @@ from alerts.delivery import deliver_tenant
 from alerts.evaluate import evaluate_tenant
 from alerts.states import PENDING, SENDING
 from core.logs import log_event
-from core.sql import one_of, table
+from core.sql import table
 from tenants.services import slug_for_schema
 
 from . import store, sweeps
@@ -49,11 +49,13 @@ DELIVERIES_PER_TENANT_TURN = 20
 def _flags(schema: str) -> sql.Composable:
     return sql.SQL(
         "SELECT EXISTS (SELECT 1 FROM {channels}), EXISTS (SELECT 1 FROM {notifications} "
-        "WHERE state IN {open} AND next_attempt_at <= %s)"
+        "WHERE (state = {pending} AND next_attempt_at <= %s) "
+        "OR (state = {sending} AND lease_until <= %s))"
     ).format(
         channels=table(schema, "alerts_alertchannel"),
         notifications=table(schema, "alerts_notification"),
-        open=one_of((PENDING, SENDING)),
+        pending=sql.Literal(PENDING),
+        sending=sql.Literal(SENDING),
     )
 
 
@@ -74,7 +76,7 @@ class Alerting:
 
     def _chunk(self, chunk: sweeps.Tenants) -> int:
         now = self.engine.clock.now()
-        flags = sweeps.rows_by_tenant(chunk, _flags, [now])
+        flags = sweeps.rows_by_tenant(chunk, _flags, [now, now])
         changed = 0
         due: dict[int, str] = {}
         for tenant_id, schema in chunk:

@@ -229,9 +229,17 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="notification",
             index=models.Index(
-                condition=models.Q(("state__in", ["pending", "sending"])),
+                condition=models.Q(("state", "pending")),
                 fields=["next_attempt_at"],
-                name="notification_due_idx",
+                name="notification_pending_idx",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="notification",
+            index=models.Index(
+                condition=models.Q(("state", "sending")),
+                fields=["lease_until"],
+                name="notification_sending_idx",
             ),
         ),
         migrations.AddConstraint(

@@ -237,3 +237,20 @@ def shown(channel: AlertChannel) -> dict[str, Any]:
         "created_at": channel.created_at,
         "updated_at": channel.updated_at,
     }
+
+
+def channel_secrets_reseal(*, ring) -> int:
+    """Re-encrypt the current schema's channel header values with the newest key (for
+    `rotate_secrets`); returns how many values changed. Idempotent."""
+    changed = 0
+    with transaction.atomic():
+        for channel in AlertChannel.objects.select_for_update().exclude(headers={}):
+            stale = {n: v for n, v in channel.headers.items() if not ring.is_current(v)}
+            if stale:
+                channel.headers = {
+                    **channel.headers,
+                    **{n: ring.reseal(v) for n, v in stale.items()},
+                }
+                channel.save(update_fields=["headers"])
+                changed += len(stale)
+    return changed

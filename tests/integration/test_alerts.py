@@ -448,3 +448,24 @@ def test_another_tenants_runs_raise_nothing_here(live, redis_client):
     run_once(beta, clock, job, states.DEAD)
     evaluate(alerting, clock)
     assert rows(alpha, Incident) == [] and rows(beta, Incident) == []
+
+
+def test_rotate_secrets_reseals_channel_header_values(live, redis_client):
+    """What `rotate_secrets` does for each tenant's channels (the command itself would
+    also reseal the session's tenants' signing secrets with a throwaway key)."""
+    from cryptography.fernet import Fernet
+
+    from alerts.channels import channel_secrets_reseal
+    from alerts.models import AlertChannel
+    from core.encryption import keyring
+
+    alpha = live["alpha"].tenant
+    clock = now_clock()
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    with override_settings(TICKWORK_SECRET_KEYS=[old]):
+        made = channel(alpha, clock, url="https://alerts.example.com/hook", headers={"X-K": "v"})
+    with override_settings(TICKWORK_SECRET_KEYS=[new, old]), schema_context(alpha.schema_name):
+        assert channel_secrets_reseal(ring=keyring()) == 1
+        assert channel_secrets_reseal(ring=keyring()) == 0  # idempotent
+        sealed = AlertChannel.objects.get(pk=made.pk).headers["X-K"]
+        assert keyring().is_current(sealed) and keyring().unseal(sealed) == "v"

@@ -29,6 +29,9 @@ PURE_MODULES = (
     "core.redaction",
     "core.logs",
     "jobs.headers",
+    "alerts.states",
+    "alerts.conditions",
+    "alerts.payloads",
 )
 
 

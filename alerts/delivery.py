@@ -232,7 +232,8 @@ def deliver_claimed(claimed: Claimed, *, schema: str, slug: str, clock: Clock) -
         result = send_notification(claimed, schema=schema, clock=clock)
     with transaction.atomic(), connection.cursor() as cursor:
         state = record(cursor, schema=schema, claimed=claimed, result=result, now=clock.now())
-    result_label = {SENT: "sent", GIVEN_UP: "given_up"}.get(state, "retry")
+    # A late record (its claim was taken over) still says what this attempt did.
+    result_label = {SENT: "sent", GIVEN_UP: "given_up"}.get(state, "sent" if result.ok else "retry")
     LEADER.inc("tickwork_alert_deliveries", channel=claimed.kind, result=result_label)
     log_event(
         log,

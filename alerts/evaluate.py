@@ -31,7 +31,7 @@ from .states import OPENED, PENDING, RESOLVED
 
 log = logging.getLogger("alerts.evaluate")
 
-ENDED_OUTCOMES = one_of(
+STREAK_OUTCOMES = one_of(
     (run_states.ATTEMPT_SUCCEEDED, run_states.ATTEMPT_FAILED, run_states.ATTEMPT_LOST)
 )
 NOT_MISSED = one_of((run_states.SUCCEEDED, run_states.SKIPPED, run_states.CANCELLED))
@@ -53,18 +53,20 @@ def evaluate_tenant(cursor, *, schema: str, slug: str, now: datetime, overlap: f
     done = Evaluated()
     if not channels:
         return done
-    since = _since(cursor, schema, now, overlap)
-    ended = _ended(cursor, schema, since, now)
+    # Nothing before the oldest channel matters: a cursor left from channels since deleted
+    # must not make this pass read a long history.
+    oldest = min(c.created_at for c in channels) - timedelta(seconds=overlap)
+    since = max(_since(cursor, schema, now, overlap), oldest)
+    ended, through = _ended(cursor, schema, since, now)
     active = [c for c in channels if c.id in enabled]
-    streaks = _streaks(cursor, schema, active, ended, now)
-    missed = _missed(cursor, schema, active, since, now)
-    names = {}
+    streaks = _streaks(cursor, schema, active, ended, through)
+    missed = _missed(cursor, schema, active, since, through)
+    names: dict[int, str] = {}
     for opening in cond.to_open(active, ended, streaks, missed):
         incident = _insert_incident(cursor, schema, opening, now)
         if incident is None:
             continue  # open already, or this fact's incident exists: the database decided
         done.opened += 1
-        names = names or _job_names(cursor, schema)
         done.notifications += _notify(cursor, schema, slug, incident, OPENED, names, now)
         _opened_event(slug, incident)
     for incident, at, run_id in cond.to_resolve(_open_incidents(cursor, schema), ended):
@@ -74,7 +76,6 @@ def evaluate_tenant(cursor, *, schema: str, slug: str, now: datetime, overlap: f
         done.resolved += 1
         channel = next(c for c in channels if c.id == incident.channel_id)
         if channel.notify_resolved and channel.id in enabled:
-            names = names or _job_names(cursor, schema)
             done.notifications += _notify(cursor, schema, slug, row, RESOLVED, names, now)
         log_event(
             log,
@@ -95,7 +96,7 @@ def evaluate_tenant(cursor, *, schema: str, slug: str, now: datetime, overlap: f
         sql.SQL(
             "UPDATE {} SET evaluated_through = GREATEST(evaluated_through, %s) WHERE id = 1"
         ).format(_t(schema, "alerts_evaluationcursor")),
-        [now],
+        [through],
     )
     return done
 
@@ -126,27 +127,39 @@ def _since(cursor, schema: str, now: datetime, overlap: float) -> datetime:
     return min(through, now) - timedelta(seconds=overlap)
 
 
-ENDED_SQL = """
-SELECT r.job_id, r.id, a.finished_at, a.outcome = {ok},
-       (r.status = {dead} AND a.number = r.attempt AND a.outcome <> {ok})
+# The window's attempts in two reads: every failed or lost one (few, unless things are
+# bad: at most FAILURES_PER_PASS, the rest in the next pass), and each job's newest success
+# (one row per job, however many runs succeeded), which is all the conditions need of them.
+FAILURES_PER_PASS = 5000
+FAILED_SQL = """
+SELECT r.job_id, r.id, a.finished_at, false, (r.status = {dead_status} AND a.number = r.attempt)
 FROM {attempts} a JOIN {runs} r ON r.id = a.run_id
-WHERE a.finished_at > %s AND a.finished_at <= %s AND a.outcome IN {outcomes}
-ORDER BY a.finished_at
+WHERE a.finished_at > %s AND a.finished_at <= %s AND a.outcome IN {failed}
+ORDER BY a.finished_at LIMIT %s
+"""
+SUCCEEDED_SQL = """
+SELECT DISTINCT ON (r.job_id) r.job_id, r.id, a.finished_at, true, false
+FROM {attempts} a JOIN {runs} r ON r.id = a.run_id
+WHERE a.finished_at > %s AND a.finished_at <= %s AND a.outcome = {ok}
+ORDER BY r.job_id, a.finished_at DESC
 """
 
 
-def _ended(cursor, schema: str, since: datetime, now: datetime) -> list[cond.Ended]:
-    cursor.execute(
-        sql.SQL(ENDED_SQL).format(
-            attempts=_t(schema, "runs_attempt"),
-            runs=_t(schema, "runs_run"),
-            ok=sql.Literal(run_states.ATTEMPT_SUCCEEDED),
-            dead=sql.Literal(run_states.DEAD),
-            outcomes=ENDED_OUTCOMES,
-        ),
-        [since, now],
-    )
-    return [cond.Ended(*row) for row in cursor.fetchall()]
+def _ended(cursor, schema: str, since: datetime, now: datetime) -> tuple[list, datetime]:
+    """The window's failures and newest successes, and how far they reach (`now`, or the
+    last failure read when there were more than a pass takes)."""
+    names = {
+        "attempts": _t(schema, "runs_attempt"),
+        "runs": _t(schema, "runs_run"),
+        "ok": sql.Literal(run_states.ATTEMPT_SUCCEEDED),
+        "dead_status": sql.Literal(run_states.DEAD),
+        "failed": one_of((run_states.ATTEMPT_FAILED, run_states.ATTEMPT_LOST)),
+    }
+    cursor.execute(sql.SQL(FAILED_SQL).format(**names), [since, now, FAILURES_PER_PASS])
+    failed = [cond.Ended(*row) for row in cursor.fetchall()]
+    through = failed[-1].finished_at if len(failed) == FAILURES_PER_PASS else now
+    cursor.execute(sql.SQL(SUCCEEDED_SQL).format(**names), [since, through])
+    return failed + [cond.Ended(*row) for row in cursor.fetchall()], through
 
 
 STREAK_SQL = """
@@ -170,7 +183,7 @@ def _streaks(cursor, schema: str, channels, ended, now: datetime) -> dict[int, l
                 attempts=_t(schema, "runs_attempt"),
                 runs=_t(schema, "runs_run"),
                 ok=sql.Literal(run_states.ATTEMPT_SUCCEEDED),
-                outcomes=ENDED_OUTCOMES,
+                outcomes=STREAK_OUTCOMES,
             ),
             [job_id, now, depth],
         )
@@ -252,15 +265,20 @@ def _resolve(cursor, schema: str, incident_id: int, at: datetime, run_id) -> dic
     return _row(row) if row else None
 
 
-def _job_names(cursor, schema: str) -> dict[int, str]:
-    cursor.execute(sql.SQL("SELECT id, name FROM {}").format(_t(schema, "jobs_job")))
-    return dict(cursor.fetchall())
+def _job_name(cursor, schema: str, job_id: int, names: dict[int, str]) -> str:
+    if job_id not in names:
+        cursor.execute(
+            sql.SQL("SELECT name FROM {} WHERE id = %s").format(_t(schema, "jobs_job")), [job_id]
+        )
+        row = cursor.fetchone()
+        names[job_id] = row[0] if row else ""
+    return names[job_id]
 
 
 def _notify(cursor, schema: str, slug: str, incident: dict, event: str, names, now) -> int:
     """The notification of `event` about `incident`, once (`notification_once`)."""
     notification_id = str(uuid7())
-    job = {"id": incident["job_id"], "name": names.get(incident["job_id"], "")}
+    job = {"id": incident["job_id"], "name": _job_name(cursor, schema, incident["job_id"], names)}
     body = payload(
         notification_id=notification_id,
         event=event,

@@ -311,7 +311,7 @@ SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS = env_float(
 # How often the leader evaluates the alert conditions of every tenant with a channel, and how
 # far back each pass reads again (attempts a worker committed late are not missed).
 ALERTS_EVALUATE_SECONDS = env_float("ALERTS_EVALUATE_SECONDS", 5.0, minimum=0.1)
-ALERTS_OVERLAP_SECONDS = env_float("ALERTS_OVERLAP_SECONDS", 60.0, minimum=0)
+ALERTS_OVERLAP_SECONDS = env_float("ALERTS_OVERLAP_SECONDS", 30.0, minimum=0)
 # Delivery: attempts per notification, the backoff between them, each call's bound, and the
 # claim's lease (a sender that crashed mid-send is retried once it expires).
 ALERTS_DELIVERY_MAX_ATTEMPTS = env_int("ALERTS_DELIVERY_MAX_ATTEMPTS", 8, minimum=1)

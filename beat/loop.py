@@ -25,6 +25,7 @@ from core.clock import Clock
 from core.keys import faults_key, wake_key
 from core.logs import log_event
 
+from .alerting import Alerting
 from .engine import Engine, EngineConfig
 from .fenced import FencedRedis
 from .lease import Lease, LeaseLost, process_identity
@@ -58,6 +59,7 @@ class SchedulerProcess:
         self.max_sleep = self.lease.expire_seconds / 4
         self.standby_poll = min(0.2, self.max_sleep)
         self.engine: Engine | None = None
+        self.alerting: Alerting | None = None  # the leader's alert sweep and delivery thread
         self.iterations = 0
         self.error_backoff = 0.0
 
@@ -80,10 +82,15 @@ class SchedulerProcess:
         self.engine.faults.adopt(self.client, faults_key())
         self.ensure_index()
         self.engine.relay(force=True)
+        self.alerting = Alerting(self.engine)
+        self.alerting.start()
         return True
 
     def step_down(self, reason: str) -> None:
         self.lease.step_down(reason)
+        if self.alerting is not None:
+            self.alerting.stop()  # it claims nothing more: its claims are fenced anyway
+            self.alerting = None
         self.engine = None  # what it held in memory is in PostgreSQL; the next leader relays
         close_old_connections()
         if connection.connection is not None and getattr(connection.connection, "broken", False):
@@ -118,6 +125,8 @@ class SchedulerProcess:
         engine.sync_dirty()
         engine.reap()
         engine.settle_dag_runs()
+        if self.alerting is not None:
+            self.alerting.evaluate()
         engine.publish_faults()
         engine.publish_admission()
         iteration_done(self.client, started)
@@ -170,6 +179,8 @@ class SchedulerProcess:
         )
         while not stop.is_set():
             self.run_once(stop)
+        if self.alerting is not None:
+            self.alerting.stop(wait_seconds=5.0)
         if self.lease.held:
             self.lease.release()
             log_event(log, "leader.lease_released", "released the lease on shutdown")

@@ -164,6 +164,19 @@ LEADER_SPECS = (
         "or a lost index write).",
     ),
     Spec(
+        "tickwork_alert_incidents_opened",
+        "counter",
+        "Alert incidents the leader opened, by tenant and kind (dead_letter, failures, missed).",
+        ("tenant", "kind"),
+    ),
+    Spec(
+        "tickwork_alert_deliveries",
+        "counter",
+        "Alert notification delivery attempts, by channel kind (webhook, email) and result "
+        "(sent, retry, given_up).",
+        ("channel", "result"),
+    ),
+    Spec(
         "tickwork_runs_finished",
         "counter",
         RUNS_FINISHED._documentation,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-SECTIONS = {"home": "home", "dlq": "dlq", "token": "tokens", "member": "members"}
+SECTIONS = {
+    "home": "home",
+    "dlq": "dlq",
+    "alert": "alerts",
+    "token": "tokens",
+    "member": "members",
+}
 
 
 def nav(request: HttpRequest) -> dict:

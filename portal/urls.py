@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import account_views, dag_views, job_views, run_views, views
+from . import account_views, alert_views, dag_views, job_views, run_views, views
 
 app_name = "dashboard"
 
@@ -27,6 +27,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/discard", run_views.run_discard_view, name="run-discard"),
     path("dlq/", run_views.dlq, name="dlq"),
     path("dlq/bulk", run_views.dlq_bulk, name="dlq-bulk"),
+    path("alerts/", alert_views.alerts_page, name="alerts"),
     path("tokens/", account_views.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke", account_views.token_revoke, name="token-revoke"),
     path("members/", account_views.members, name="members"),

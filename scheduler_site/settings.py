@@ -74,6 +74,7 @@ TENANT_APPS = [
     "django.contrib.sessions",
     "jobs",
     "runs",
+    "alerts",
 ]
 INSTALLED_APPS = SHARED_APPS + [app for app in TENANT_APPS if app not in SHARED_APPS]
 
@@ -314,6 +315,33 @@ SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS = env_float(
     "SCHEDULER_TAKEOVER_LOCK_WAIT_SECONDS", 0.5, minimum=0.05
 )
 
+# --- alerts (docs/alerts.md) -------------------------------------------------------------
+# How often the leader evaluates the alert conditions of every tenant with a channel, and how
+# far back each pass reads again (attempts a worker committed late are not missed).
+ALERTS_EVALUATE_SECONDS = env_float("ALERTS_EVALUATE_SECONDS", 5.0, minimum=0.1)
+ALERTS_OVERLAP_SECONDS = env_float("ALERTS_OVERLAP_SECONDS", 30.0, minimum=0)
+# Delivery: attempts per notification, the backoff between them, each call's bound, and the
+# claim's lease (a sender that crashed mid-send is retried once it expires).
+ALERTS_DELIVERY_MAX_ATTEMPTS = env_int("ALERTS_DELIVERY_MAX_ATTEMPTS", 8, minimum=1)
+ALERTS_DELIVERY_BACKOFF_SECONDS = env_float("ALERTS_DELIVERY_BACKOFF_SECONDS", 10.0, minimum=0)
+ALERTS_DELIVERY_BACKOFF_MAX_SECONDS = env_float(
+    "ALERTS_DELIVERY_BACKOFF_MAX_SECONDS", 3600.0, minimum=0
+)
+ALERTS_HTTP_TIMEOUT_SECONDS = env_float("ALERTS_HTTP_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+ALERTS_DELIVERY_LEASE_SECONDS = env_float(
+    "ALERTS_DELIVERY_LEASE_SECONDS", max(60.0, 3 * ALERTS_HTTP_TIMEOUT_SECONDS), minimum=1
+)
+# Email channels go through Django's mail backend.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0, minimum=0.1)
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", "") or None
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tickwork@localhost")
+
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 if CELERY_BROKER_URL != REDIS_URL:
@@ -429,6 +457,10 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.states.ALL",
         "DagRunStatusEnum": "runs.states.DAG_STATUSES",
+        "AlertChannelKindEnum": "alerts.states.CHANNEL_KINDS",
+        "AlertIncidentKindEnum": "alerts.states.KINDS",
+        "AlertEventEnum": "alerts.states.EVENTS",
+        "AlertDeliveryStateEnum": "alerts.states.DELIVERY_STATES",
         "SkipReasonEnum": [
             "",
             "overlap",

@@ -114,6 +114,11 @@ def redis_client():
 # Everything a test can write in a tenant's schema: a row left behind (a calendar named
 # after an API example, say) makes a later test's create collide with it.
 TENANT_DATA_TABLES = (
+    "alerts_deliveryattempt",
+    "alerts_notification",
+    "alerts_incident",
+    "alerts_alertchannel",
+    "alerts_evaluationcursor",
     "runs_attempt",
     "runs_run",
     "runs_dagrun",

@@ -14,7 +14,11 @@ from django.shortcuts import render
 from markdown_it import MarkdownIt
 
 DOCS = Path(settings.BASE_DIR) / "docs"
-GUIDES = {"api": ("api.md", "The Tickwork API"), "schedules": ("schedules.md", "Schedules")}
+GUIDES = {
+    "api": ("api.md", "The Tickwork API"),
+    "schedules": ("schedules.md", "Schedules"),
+    "alerts": ("alerts.md", "Alerts"),
+}
 URL = "/api/v1/guide"
 
 

@@ -18,6 +18,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from alerts.channels import ChannelNotFound
 from core.logs import log_event
 from core.metrics import API_PROBLEMS
 from jobs.calendars import CalendarInUse, CalendarNotFound
@@ -48,6 +49,7 @@ NOT_FOUND_WORDS = {
     RunNotFound: "No such run in this tenant.",
     CalendarNotFound: "No such calendar in this tenant.",
     DagRunNotFound: "No such DAG run in this tenant.",
+    ChannelNotFound: "No such alert channel in this tenant.",
 }
 
 
@@ -102,7 +104,10 @@ def _domain_problem(exc: Exception) -> dict[str, Any] | None:
         return validation_problem(exc.errors)
     if isinstance(exc, BackfillError):
         return validation_problem({exc.field: [str(exc)]})
-    if isinstance(exc, JobNotFound | RunNotFound | CalendarNotFound | DagRunNotFound | Http404):
+    if isinstance(
+        exc,
+        JobNotFound | RunNotFound | CalendarNotFound | DagRunNotFound | ChannelNotFound | Http404,
+    ):
         # Ids of other tenants land here too: 404 never confirms that something exists.
         return problem(404, NOT_FOUND_WORDS.get(type(exc), "No such object."))
     if isinstance(exc, QuotaExceeded):

@@ -26,6 +26,12 @@ from scheduler_site.api.runs.views import (
     RunReplayView,
 )
 
+from .alerts import (
+    ChannelCollectionView,
+    ChannelDetailView,
+    IncidentCollectionView,
+    NotificationCollectionView,
+)
 from .calendars import CalendarCollectionView, CalendarDetailView
 from .fields import BIGINT_MAX
 from .guide import guide
@@ -85,6 +91,10 @@ endpoints = [
     path("usage", UsageView.as_view(), name="usage"),
     path("signing-secret", SigningSecretView.as_view(), name="signing-secret"),
     path("signing-secret/rotate", SigningSecretRotateView.as_view(), name="signing-secret-rotate"),
+    path("alerts/channels", ChannelCollectionView.as_view(), name="alert-channels"),
+    path("alerts/channels/<job_id:channel_id>", ChannelDetailView.as_view(), name="alert-channel"),
+    path("alerts/incidents", IncidentCollectionView.as_view(), name="alert-incidents"),
+    path("alerts/notifications", NotificationCollectionView.as_view(), name="alert-notifications"),
 ]
 
 urlpatterns = [

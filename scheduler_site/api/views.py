@@ -85,6 +85,12 @@ _ID_SHAPES = (
         "runs/01a22689-11d9-754e-8aa1-48ddf05cae1b",
     ),
     (
+        re.compile(r"^alerts/channels/(?P<id>[^/]+)$"),
+        "alert channel",
+        f"a channel id is a whole number from 1 to {BIGINT_MAX}",
+        "alerts/channels/3",
+    ),
+    (
         re.compile(r"^dag-runs/(?P<id>[^/]+)$"),
         "DAG run",
         "a DAG run id is a UUID",

@@ -52,6 +52,7 @@ _SCHEDULE = (
     r"|specs\.\d+\.(cron|timezone)))?"
 )
 _JOB = rf"({_SCHEDULE}|target\.url|target\.headers|payload|jitter_seconds|dst_repeat|depends_on)"
+_CHANNEL = r"(name|url|headers|emails|job|on_dead_letter)"
 # The fields a schema-valid request may be refused for, by operation (`METHOD path`).
 RULES_BEYOND_THE_SCHEMA = {
     "POST /api/v1/jobs": _JOB,
@@ -64,6 +65,10 @@ RULES_BEYOND_THE_SCHEMA = {
     "POST /api/v1/schedule/preview": rf"({_SCHEDULE}|jitter_seconds|dst_repeat|after)",
     "POST /api/v1/calendars": r"(name|dates|ranges(\.\d+)?|ics|timezone)",
     "PATCH /api/v1/calendars/{name}": r"(name|dates|ranges(\.\d+)?|ics|timezone)",
+    # A channel's URL (the SSRF guard), header names, addresses, job, a name in use, the
+    # fields that belong to the other kind, and "at least one condition".
+    "POST /api/v1/alerts/channels": _CHANNEL,
+    "PATCH /api/v1/alerts/channels/{channel_id}": _CHANNEL,
 }
 # Refusals for the tenant's state rather than a field: the job quota.
 STATE_PROBLEMS = {"urn:tickwork:problem:quota-exceeded"}

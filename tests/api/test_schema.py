@@ -44,6 +44,7 @@ def test_the_schema_describes_every_endpoint_and_only_those(schema: dict):
         .replace("<uuid:run_id>", "{run_id}")
         .replace("<uuid:dag_run_id>", "{dag_run_id}")
         .replace("<calendar_name:name>", "{name}")
+        .replace("<job_id:channel_id>", "{channel_id}")
         for p in endpoints
     }
     assert documented == routed

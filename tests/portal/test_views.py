@@ -109,6 +109,7 @@ def pages(p) -> list[str]:
         f"/jobs/{job}/dag",
         f"/runs/{run}/",
         "/dlq/",
+        "/alerts/",
         "/tokens/",
         "/members/",
     ]

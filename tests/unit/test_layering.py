@@ -15,9 +15,22 @@ ALLOWED = {
     "tenants": {"core"},
     "jobs": {"core", "tenants"},
     "runs": {"core", "tenants", "jobs"},
-    "beat": {"core", "tenants", "jobs", "runs"},
+    # alerts reads run outcomes; runs knows nothing of alerts
+    "alerts": {"core", "tenants", "jobs", "runs"},
+    "beat": {"core", "tenants", "jobs", "runs", "alerts"},
 }
-APPS = {"core", "tenants", "jobs", "runs", "beat", "scheduler_site", "portal", "bench", "devstack"}
+APPS = {
+    "core",
+    "tenants",
+    "jobs",
+    "runs",
+    "alerts",
+    "beat",
+    "scheduler_site",
+    "portal",
+    "bench",
+    "devstack",
+}
 
 
 def _imported_apps(path: Path) -> list[tuple[int, str]]:

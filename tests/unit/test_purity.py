@@ -30,6 +30,9 @@ PURE_MODULES = (
     "core.logs",
     "jobs.headers",
     "runs.targets.http_async",
+    "alerts.states",
+    "alerts.conditions",
+    "alerts.payloads",
 )
 
 

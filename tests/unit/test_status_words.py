@@ -11,7 +11,7 @@ from pathlib import Path
 from runs import states
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("core", "tenants", "jobs", "runs", "beat", "portal", "scheduler_site")
+APPS = ("core", "tenants", "jobs", "runs", "alerts", "beat", "portal", "scheduler_site")
 # Where the words are the definitions, or mean something else (an attempt's outcome).
 ALLOWED = {"runs/states.py", "runs/models.py"}
 WORD = re.compile(r"'(" + "|".join(states.ALL) + r")'")

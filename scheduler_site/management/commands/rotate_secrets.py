@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_tenants.utils import get_public_schema_name, schema_context
 
-from core.encryption import keyring
+from alerts.channels import channel_secrets_reseal
+from core.encryption import UnsealError, keyring
 from jobs.secret_rotation import UnopenableSecret, job_secrets_reseal
 from tenants.models import Tenant
 from tenants.signing import UnopenableSigningSecret, signing_secrets_reseal
@@ -13,7 +14,8 @@ from tenants.signing import UnopenableSigningSecret, signing_secrets_reseal
 
 class Command(BaseCommand):
     help = (
-        "Re-encrypt the tenants' signing secrets and every job's secret header values with "
+        "Re-encrypt the tenants' signing secrets, every job's secret header values and the "
+        "alert channels' header values with "
         "the first key of TICKWORK_SECRET_KEYS, tenant by tenant, in batches. Run it after "
         "putting a new key first; remove the old key only once it has succeeded. Running it "
         "again changes nothing."
@@ -28,7 +30,7 @@ class Command(BaseCommand):
         ring = keyring()
         try:
             self._rotate(ring, opts["batch_size"])
-        except (UnopenableSecret, UnopenableSigningSecret) as exc:
+        except (UnopenableSecret, UnopenableSigningSecret, UnsealError) as exc:
             raise CommandError(str(exc)) from None
 
     def _rotate(self, ring, batch_size: int) -> None:
@@ -43,6 +45,13 @@ class Command(BaseCommand):
                 count = job_secrets_reseal(
                     ring=ring, schema=tenant.schema_name, batch_size=batch_size
                 )
+                channel_values = channel_secrets_reseal(ring=ring)
+            if channel_values:
+                self.stdout.write(
+                    f"{tenant.schema_name}: {channel_values} alert channel header values "
+                    "re-encrypted"
+                )
+            values += channel_values
             if count.values:
                 self.stdout.write(
                     f"{tenant.schema_name}: {count.values} secret header values in "

@@ -118,6 +118,7 @@ class SchedulerProcess:
         engine.sync_dirty()
         engine.reap()
         engine.settle_dag_runs()
+        engine.retention.step(engine)  # run history past its retention (beat/retention.py)
         engine.publish_faults()
         engine.publish_admission()
         iteration_done(self.client, started)

@@ -164,6 +164,12 @@ LEADER_SPECS = (
         "or a lost index write).",
     ),
     Spec(
+        "tickwork_runs_pruned",
+        "counter",
+        "Ended runs (with their attempts) the leader deleted because they were older than "
+        "their tenant's retention.",
+    ),
+    Spec(
         "tickwork_runs_finished",
         "counter",
         RUNS_FINISHED._documentation,

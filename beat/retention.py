@@ -111,7 +111,10 @@ class Retention:
             self.faults, turn.tenant_id, turn.schema, lambda: self._batch(engine, turn, limit)
         )
         took = time.monotonic() - started
-        self.sizer.record(engine.clock.now().timestamp(), took, done.runs if done else 0)
+        if ran and done is not None:
+            self.sizer.record(engine.clock.now().timestamp(), took, done.runs)
+        else:
+            self.sizer.failed(engine.clock.now().timestamp(), limit, took)
         if not ran or done is None:
             return 0  # failed (logged, backed off): the others go on; next pass tries again
         turn.runs += done.runs

@@ -62,7 +62,10 @@ class BatchSizer:
     (from the seconds per run the last batches took), so that pruning does not delay a
     fire. None fit when the next run is closer than a small batch would take; but a leader
     whose runs are due every few milliseconds must still prune: after `starve_seconds`
-    without a batch, a small one goes anyway (it costs a fire a few milliseconds)."""
+    without a batch, a small one goes anyway (it costs a fire a few milliseconds). Whatever
+    the room, a batch is kept to about `target_seconds` (a slow or loaded database gets
+    smaller batches, far from the statement timeout), and one that failed (a timeout)
+    halves the next ones."""
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class BatchSizer:
         seconds_per_run: float = 20e-6,
         overhead_seconds: float = 0.005,
         starve_seconds: float = 30.0,
+        target_seconds: float = 0.25,
         weight: float = 0.3,
     ) -> None:
         self.maximum = maximum
@@ -79,19 +83,30 @@ class BatchSizer:
         self.seconds_per_run = seconds_per_run
         self.overhead = overhead_seconds
         self.starve_seconds = starve_seconds
+        self.target_seconds = target_seconds
         self.weight = weight
         self.last_batch: float | None = None  # when the last batch ran (the caller's clock)
 
     def size(self, now: float, next_due: float | None, margin: float = 1.5) -> int:
         """Runs the batch starting at `now` may delete; 0: none now (fire first)."""
+        largest = max(self.minimum, min(self.maximum, self._runs_in(self.target_seconds)))
         if next_due is None:
-            return self.maximum
-        room = (next_due - now) / margin - self.overhead
-        fits = int(room / self.seconds_per_run) if room > 0 else 0
+            return largest
+        fits = self._runs_in((next_due - now) / margin)
         if fits >= self.minimum:
-            return min(fits, self.maximum)
+            return min(fits, largest)
         starved = self.last_batch is None or now - self.last_batch >= self.starve_seconds
         return self.minimum if starved else 0
+
+    def _runs_in(self, seconds: float) -> int:
+        room = seconds - self.overhead
+        return int(room / self.seconds_per_run) if room > 0 else 0
+
+    def failed(self, now: float, runs: int, seconds: float) -> None:
+        """A batch of `runs` failed after `seconds` (a statement timeout, say): assume the
+        worst of it, so that the next batches are smaller."""
+        self.last_batch = now
+        self.seconds_per_run = max(self.seconds_per_run * 2, seconds / max(runs, 1))
 
     def record(self, now: float, seconds: float, runs: int) -> None:
         """A batch that deleted `runs` runs took `seconds`."""

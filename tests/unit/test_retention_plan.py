@@ -57,7 +57,7 @@ def test_a_new_pass_replaces_what_was_left():
 
 
 def test_a_batch_takes_as_many_runs_as_fit_before_the_next_due_run():
-    sizer = BatchSizer(5000, seconds_per_run=0.0001, overhead_seconds=0.0)
+    sizer = BatchSizer(5000, seconds_per_run=0.0001, overhead_seconds=0.0, target_seconds=1)
     sizer.last_batch = 100.0
     assert sizer.size(100.0, None) == 5000  # nothing due
     assert sizer.size(100.0, 100.15) == 1000  # 0.1 s of room with a 1.5 margin
@@ -72,6 +72,17 @@ def test_a_leader_never_idle_enough_still_prunes_a_little_now_and_then():
     sizer.record(100.0, 0.01, 100)
     assert sizer.size(110.0, 110.001) == 0
     assert sizer.size(130.0, 130.001) == 100  # 30 s without a batch
+
+
+def test_a_slow_database_gets_smaller_batches_and_a_failed_one_halves_them():
+    sizer = BatchSizer(5000, seconds_per_run=0.0001, overhead_seconds=0.0, target_seconds=0.25)
+    assert sizer.size(100.0, None) == 2500  # 0.25 s of batch at 0.1 ms a run
+    sizer.failed(100.0, 2500, 2.0)  # a statement timeout after 2 s
+    assert sizer.seconds_per_run == pytest.approx(0.0008)
+    assert sizer.size(101.0, None) == 312
+    for _ in range(50):
+        sizer.failed(101.0, 100, 2.0)
+    assert sizer.size(102.0, None) == 100  # never below the minimum
 
 
 def test_the_time_per_run_follows_what_batches_took():

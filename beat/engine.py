@@ -32,6 +32,7 @@ from .faults import TenantFaults, isolated
 from .fenced import Cas, FencedRedis
 from .pending import Pending, PendingRuns
 from .rebuild import IndexRebuild, put_back_schedulable
+from .retention import Retention
 from .tenant_directory import TenantDirectory
 
 log = logging.getLogger("beat.engine")
@@ -110,6 +111,7 @@ class Engine:
         self.reap_sweep = sweeps.TenantSweep("reap", config.reap_interval_seconds)
         self.dag_sweep = sweeps.TenantSweep("settle DAG runs", config.relay_interval_seconds)
         self.rebuild: IndexRebuild | None = None
+        self.retention = Retention()  # run history pruning (beat/retention.py)
         self.admission = (
             AdmissionControl(
                 client=client,

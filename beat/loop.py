@@ -127,6 +127,7 @@ class SchedulerProcess:
         engine.settle_dag_runs()
         if self.alerting is not None:
             self.alerting.evaluate()
+        engine.retention.step(engine)  # run history past its retention (beat/retention.py)
         engine.publish_faults()
         engine.publish_admission()
         iteration_done(self.client, started)

@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     api.add_argument("--bulk-jobs", type=int, default=10_000)
     api.add_argument("--batch", type=int, default=1000, help="jobs per bulk request")
     api.add_argument("--keep", action="store_true", help="keep the bench-api tenant")
+    ret = sub.add_parser("retention", help="a leader pruning old runs: rows/s, its fire lag")
+    ret.add_argument("--runs", type=int, default=1_000_000, help="old runs to load and prune")
+    ret.add_argument("--jobs", type=int, default=50, help="jobs firing every second")
+    ret.add_argument("--seconds", type=float, default=60.0, help="the phase without pruning")
+    ret.add_argument("--max-prune-seconds", type=float, default=3600.0)
     sub.add_parser("small", help="every benchmark at a small size (what CI runs)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -108,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         outbound,
         portal_pages,
         provisioning,
+        retention,
         schedule_math,
         tenant_upgrade,
         throughput,
@@ -161,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         result = dag.run(args.size, args.repeats)
     elif args.bench == "api-latency":
         result = api_latency.run(args.requests, args.bulk_jobs, args.batch, keep=args.keep)
+    elif args.bench == "retention":
+        result = retention.run(args.runs, args.jobs, args.seconds, args.max_prune_seconds)
     elif args.bench == "fire-lag":
         result = fire_lag.run(args.count, args.spread, args.tenants)
     else:
@@ -177,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "fair_share": fair_share.run(300, workers=2, timeout=300),
             "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
             "http_inflight": http_inflight.run(300, processes=2, hold=30),
+            "retention": retention.run(20_000, jobs=5, seconds=10, max_prune_seconds=120),
         }
     if args.json:
         print(json.dumps(result, default=str))

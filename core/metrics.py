@@ -177,6 +177,12 @@ LEADER_SPECS = (
         ("channel", "result"),
     ),
     Spec(
+        "tickwork_runs_pruned",
+        "counter",
+        "Ended runs (with their attempts) the leader deleted because they were older than "
+        "their tenant's retention.",
+    ),
+    Spec(
         "tickwork_runs_finished",
         "counter",
         RUNS_FINISHED._documentation,

@@ -33,6 +33,7 @@ from runs.selectors import (
 )
 from runs.services import job_trigger
 from runs.usage import tenant_usage
+from tenants.services import retention_days_of
 
 from .charts import human_seconds
 from .common import CLOCK, back, portal_view, services_kwargs
@@ -76,6 +77,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "usage": tenant_usage(request.tenant.schema_name, now),
         "max_concurrency": request.tenant.max_concurrency,
         "weight": request.tenant.weight,
+        "retention_days": retention_days_of(request.tenant),
         "jobs": {s: job_list(state=s).count() for s in JOB_STATES},
         "latest": latest,
     }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import or_
+
 from django.db import models
 from django.db.models import Q
 
@@ -86,6 +89,15 @@ class Run(models.Model):
                 fields=["job", "-scheduled_for"],
                 name="run_job_dag_idx",
                 condition=Q(dag_run__isnull=False),
+            ),
+            # Retention (beat/retention.py) deletes ended runs oldest end first: without it,
+            # finding a batch of runs past the retention reads the whole history. An OR of
+            # equalities, not IN: PostgreSQL prints an IN list back with casts that parse
+            # to another expression, and the template clone recreates indexes from that.
+            models.Index(
+                fields=["finished_at"],
+                name="run_finished_idx",
+                condition=reduce(or_, (Q(status=status) for status in states.PRUNABLE)),
             ),
         ]
 

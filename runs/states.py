@@ -53,6 +53,9 @@ TERMINAL = frozenset(s for s, targets in TRANSITIONS.items() if not targets or s
 WAITING = (SCHEDULED, RETRYING)
 # Holding a concurrency slot of their job (and, with fair share, of their tenant).
 ACTIVE = (QUEUED, RUNNING)
+# What retention may delete once old enough (beat/retention.py): ended for good. A dead run
+# ended too, but it stays in the DLQ until it is replayed or discarded.
+PRUNABLE = tuple(sorted(TERMINAL - {DEAD}))
 
 SKIP_OVERLAP = "overlap"
 SKIP_MISFIRE = "misfire"

@@ -1,8 +1,8 @@
 """The run statuses of `runs.states` as SQL fragments, for raw statements: pass `**STATUS`
 to `sql.SQL(...).format` and write `status = {queued}` or `status IN {waiting}`.
 
-Single statuses are `{<status>}`; the named sets are `{waiting}`, `{active}`, `{terminal}`
-and the sources of each transition: `{claimable}`, `{admittable}`, `{skippable}`,
+Single statuses are `{<status>}`; the named sets are `{waiting}`, `{active}`, `{terminal}`,
+`{prunable}` and the sources of each transition: `{claimable}`, `{admittable}`, `{skippable}`,
 `{cancellable}`, `{replayable}`, `{finishable}`."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ STATUS: dict[str, sql.Composable] = {
     "waiting": one_of(states.WAITING),
     "active": one_of(states.ACTIVE),
     "terminal": one_of(sorted(states.TERMINAL)),
+    "prunable": one_of(states.PRUNABLE),
     "claimable": one_of(states.CLAIMABLE),
     "admittable": one_of(states.ADMITTABLE),
     "skippable": one_of(states.SKIPPABLE),

@@ -1,6 +1,6 @@
 """The operator console's tenant admin: create (provisions schema, domain, first admin and
-a token via `tenant_provision`), edit quota and weight, suspend and resume (audited in the
-tenant's own audit log), links to fleet health and to the tenant's jobs and runs."""
+a token via `tenant_provision`), edit quota, weight and run retention, suspend and resume
+(audited in the tenant's own audit log), links to fleet health and to the tenant's jobs and runs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from tenants.services import (
     ProvisioningError,
     check_provisioning,
     default_domain_for,
+    retention_days_of,
     tenant_provision,
     tenant_resume,
     tenant_suspend,
@@ -68,6 +69,7 @@ class TenantAdmin(admin.ModelAdmin):
         "state",
         "weight",
         "max_concurrency",
+        "retention",
         "drill_down",
         "created_at",
     )
@@ -80,6 +82,7 @@ class TenantAdmin(admin.ModelAdmin):
         "schema_name",
         "weight",
         "max_concurrency",
+        "run_retention_days",
         "suspended_at",
         "suspended_reason",
         "created_at",
@@ -130,7 +133,7 @@ class TenantAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)
             diff = {
                 key: [getattr(before, key), getattr(obj, key)]
-                for key in ("name", "weight", "max_concurrency")
+                for key in ("name", "weight", "max_concurrency", "run_retention_days")
                 if getattr(before, key) != getattr(obj, key)
             }
             if diff:
@@ -168,6 +171,12 @@ class TenantAdmin(admin.ModelAdmin):
                 f"{tenant.suspended_at:%Y-%m-%d %H:%M}",
             )
         return "active"
+
+    @admin.display(description="runs kept")
+    def retention(self, tenant: Tenant) -> str:
+        days = retention_days_of(tenant)
+        kept = f"{days} days" if days else "for ever"
+        return kept if tenant.run_retention_days is not None else f"{kept} (default)"
 
     @admin.display(description="drill-down")
     def drill_down(self, tenant: Tenant) -> str:

@@ -301,6 +301,13 @@ SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY = env_int(
     "SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY", 100, minimum=1
 )
 SCHEDULER_TENANT_DEFAULT_WEIGHT = env_int("SCHEDULER_TENANT_DEFAULT_WEIGHT", 1, minimum=1)
+# Run history (beat/retention.py): ended runs older than this many days are deleted by the
+# leader, unless the tenant has its own `run_retention_days`; 0 keeps history for ever.
+RUN_RETENTION_DAYS = env_int("RUN_RETENTION_DAYS", 30, minimum=0)
+if RUN_RETENTION_DAYS > 3650:
+    raise ImproperlyConfigured(f"RUN_RETENTION_DAYS={RUN_RETENTION_DAYS}: at most 3650 (or 0: off)")
+RUN_RETENTION_BATCH = env_int("RUN_RETENTION_BATCH", 5000, minimum=1)  # runs per transaction
+RUN_RETENTION_INTERVAL_SECONDS = env_float("RUN_RETENTION_INTERVAL_SECONDS", 300.0, minimum=1)
 SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS = env_float(
     "SCHEDULER_DB_STATEMENT_TIMEOUT_SECONDS", 10.0, minimum=0.5
 )

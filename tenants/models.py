@@ -1,9 +1,13 @@
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django_tenants.models import DomainMixin, TenantMixin
 from django_tenants.utils import get_public_schema_name, schema_exists
+
+# Bounds of a tenant's run retention (days): a day at least, ten years at most.
+RETENTION_MIN_DAYS = 1
+RETENTION_MAX_DAYS = 3650
 
 
 class Tenant(TenantMixin):
@@ -14,6 +18,17 @@ class Tenant(TenantMixin):
     weight = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
     max_concurrency = models.PositiveIntegerField(default=100, validators=[MinValueValidator(1)])
     created_at = models.DateTimeField(auto_now_add=True)
+    # Days the tenant's ended runs are kept (beat/retention.py prunes older ones); empty:
+    # the fleet's RUN_RETENTION_DAYS.
+    run_retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(RETENTION_MIN_DAYS), MaxValueValidator(RETENTION_MAX_DAYS)],
+        help_text=(
+            f"Days ended runs are kept ({RETENTION_MIN_DAYS}-{RETENTION_MAX_DAYS}); empty: "
+            "the default (RUN_RETENTION_DAYS). Dead runs stay until replayed or discarded."
+        ),
+    )
     # Set by an operator (tenants.services.tenant_suspend): the leader fires none of the
     # tenant's jobs, its API answers 403 and its portal a page saying so.
     suspended_at = models.DateTimeField(null=True, blank=True)

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_tenants.utils import schema_context
 
-from .models import Domain, Tenant
+from .models import RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, Domain, Tenant
 from .schema_template import template_ensure
 from .signals import tenant_resumed
 from .signing import signing_secret_rotate
@@ -95,11 +95,40 @@ def _limits(weight: int | None, max_concurrency: int | None) -> tuple[int, int]:
     return weight, max_concurrency
 
 
+# `tenant_set_limits(retention_days=DEFAULT_RETENTION)`: back to the fleet's default.
+DEFAULT_RETENTION = "default"
+
+
+def check_retention_days(days: int) -> int:
+    """`days` if it is a retention a tenant may have, else ProvisioningError saying why."""
+    if isinstance(days, bool) or not isinstance(days, int):
+        raise ProvisioningError(f"retention days must be a whole number, not {days!r}")
+    if not RETENTION_MIN_DAYS <= days <= RETENTION_MAX_DAYS:
+        raise ProvisioningError(
+            f"retention days must be between {RETENTION_MIN_DAYS} and {RETENTION_MAX_DAYS} "
+            f"(got {days}); use 'default' for the fleet's RUN_RETENTION_DAYS"
+        )
+    return days
+
+
+def retention_days_of(tenant: Tenant) -> int:
+    """Days the tenant's ended runs are kept (0: for ever, when the fleet's default is 0
+    and the tenant has no value of its own)."""
+    if tenant.run_retention_days is not None:
+        return tenant.run_retention_days
+    return settings.RUN_RETENTION_DAYS
+
+
 def tenant_set_limits(
-    *, slug: str, weight: int | None = None, max_concurrency: int | None = None
+    *,
+    slug: str,
+    weight: int | None = None,
+    max_concurrency: int | None = None,
+    retention_days: int | str | None = None,
 ) -> Tenant:
-    """Change a tenant's fair-share weight and run quota; the leader reads them again
-    within a few seconds (no restart)."""
+    """Change a tenant's fair-share weight, run quota and run retention (`DEFAULT_RETENTION`
+    clears its own); None leaves one as it is. The leader reads the limits again within a
+    few seconds and the retention at its next pruning pass (no restart)."""
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
         raise ProvisioningError(f"no tenant {slug!r}")
@@ -107,7 +136,14 @@ def tenant_set_limits(
         tenant.weight if weight is None else weight,
         tenant.max_concurrency if max_concurrency is None else max_concurrency,
     )
-    tenant.save(update_fields=["weight", "max_concurrency"])
+    fields = ["weight", "max_concurrency"]
+    if retention_days == DEFAULT_RETENTION:
+        tenant.run_retention_days = None
+        fields.append("run_retention_days")
+    elif retention_days is not None:
+        tenant.run_retention_days = check_retention_days(retention_days)
+        fields.append("run_retention_days")
+    tenant.save(update_fields=fields)
     return tenant
 
 

@@ -1,5 +1,5 @@
 """GET /usage: the tenant's runs in flight against its quota, runs waiting for admission,
-and fire and start lag over the last five minutes."""
+fire and start lag over the last five minutes, and how long its run history is kept."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from runs.usage import tenant_usage
 from scheduler_site.api.problems import READ_PROBLEMS, problem_responses
 from scheduler_site.api.views import ApiView
+from tenants.services import retention_days_of
 
 
 class LagSerializer(serializers.Serializer):
@@ -40,6 +41,10 @@ class UsageSerializer(serializers.Serializer):
     )
     fire_lag = LagSerializer(help_text="Due instant to published to the broker.")
     start_lag = LagSerializer(help_text="Due instant to started by a worker.")
+    run_retention_days = serializers.IntegerField(
+        help_text="Days ended runs are kept before they are deleted (each job's last run "
+        "and dead runs stay); 0: kept for ever. Operators set it."
+    )
 
 
 class UsageView(ApiView):
@@ -51,7 +56,8 @@ class UsageView(ApiView):
             "Runs in flight against the tenant's `max_concurrency`, runs waiting for "
             "admission, and fire and start lag (p50, p99) over the last five minutes. A due "
             "run waits while its tenant is at its quota or the workers are busy; among "
-            "tenants with waiting runs, admissions are shared by `weight`."
+            "tenants with waiting runs, admissions are shared by `weight`. Also how many days "
+            "the run history is kept (`run_retention_days`)."
         ),
         responses={200: UsageSerializer, **problem_responses(*READ_PROBLEMS)},
         examples=[
@@ -67,6 +73,7 @@ class UsageView(ApiView):
                     "runs_in_window": 5120,
                     "fire_lag": {"p50": 0.021, "p99": 11.2},
                     "start_lag": {"p50": 0.035, "p99": 11.9},
+                    "run_retention_days": 30,
                 },
                 response_only=True,
             )
@@ -75,5 +82,9 @@ class UsageView(ApiView):
     def get(self, request: Request) -> Response:
         tenant = request._request.tenant
         usage = asdict(tenant_usage(tenant.schema_name, self.clock.now()))
-        usage.update(max_concurrency=tenant.max_concurrency, weight=tenant.weight)
+        usage.update(
+            max_concurrency=tenant.max_concurrency,
+            weight=tenant.weight,
+            run_retention_days=retention_days_of(tenant),
+        )
         return Response(UsageSerializer(usage).data)

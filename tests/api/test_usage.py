@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 from django_tenants.utils import schema_context
 
@@ -44,6 +45,7 @@ def test_usage_counts_runs_in_flight_waiting_and_lag(live, alpha_api: Api, beta_
     finally:
         Tenant.objects.filter(id=alpha.id).update(max_concurrency=100, weight=1)
     assert (body["max_concurrency"], body["weight"]) == (7, 3)
+    assert body["run_retention_days"] == settings.RUN_RETENTION_DAYS
     assert (body["in_flight"], body["waiting"]) == (2, 2)
     assert 19 <= body["oldest_wait_seconds"] <= 60
     assert body["runs_in_window"] == 2

@@ -95,6 +95,14 @@ def test_a_malformed_setting_names_the_variable():
     assert "SCHEDULER_SHARD_COUNT='four': expected a whole number" in result.stderr
 
 
+def test_a_run_retention_out_of_bounds_is_refused_at_start_up():
+    result = _django_setup({"DEBUG": "1", "RUN_RETENTION_DAYS": "4000"})
+    assert result.returncode != 0
+    assert "RUN_RETENTION_DAYS=4000: at most 3650 (or 0: off)" in result.stderr
+    result = _django_setup({"DEBUG": "1", "RUN_RETENTION_DAYS": "-1"})
+    assert "RUN_RETENTION_DAYS=-1: must be at least 0" in result.stderr
+
+
 def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
     """Workers on another broker would never see a run the leader publishes: refused."""
     env = dict(os.environ)

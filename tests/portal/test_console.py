@@ -190,3 +190,49 @@ def test_admin_forms_enforce_csrf(live):
     finally:
         connection.set_schema_to_public()
         users.filter(username="ops2").delete()
+
+
+def _change(operator, tenant: Tenant, **fields: str):
+    domain = Domain.objects.get(tenant=tenant)
+    return operator.post(
+        f"/admin/tenants/tenant/{tenant.pk}/change/",
+        {
+            "name": tenant.name,
+            "weight": str(tenant.weight),
+            "max_concurrency": str(tenant.max_concurrency),
+            "domains-TOTAL_FORMS": "1",
+            "domains-INITIAL_FORMS": "1",
+            "domains-0-id": domain.pk,
+            "domains-0-tenant": tenant.pk,
+            "domains-0-domain": domain.domain,
+            "domains-0-is_primary": "on",
+            **fields,
+        },
+    )
+
+
+def test_an_operator_edits_a_tenants_run_retention_within_its_bounds(operator, live):
+    alpha = live["alpha"].tenant
+    try:
+        assert (
+            b"Days ended runs are kept"
+            in operator.get(f"/admin/tenants/tenant/{alpha.pk}/change/").content
+        )
+        refused = _change(operator, alpha, run_retention_days="5000")
+        assert refused.status_code == 200
+        assert b"less than or equal to 3650" in refused.content
+        assert _change(operator, alpha, run_retention_days="0").status_code == 200
+        alpha.refresh_from_db()
+        assert alpha.run_retention_days is None
+        assert _change(operator, alpha, run_retention_days="45").status_code == 302
+        alpha.refresh_from_db()
+        assert alpha.run_retention_days == 45
+        assert "45 days" in operator.get("/admin/tenants/tenant/").content.decode()
+        with schema_context(alpha.schema_name):
+            event = AuditEvent.objects.filter(action="tenant_update").latest("id")
+            assert event.changes["diff"]["run_retention_days"] == [None, 45]
+        assert _change(operator, alpha, run_retention_days="").status_code == 302
+        alpha.refresh_from_db()
+        assert alpha.run_retention_days is None  # empty: the default again
+    finally:
+        Tenant.objects.filter(id=alpha.id).update(run_retention_days=None)

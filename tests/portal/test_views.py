@@ -8,6 +8,7 @@ import re
 import uuid
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django_tenants.utils import schema_context
 
@@ -545,6 +546,7 @@ def test_overview_counts_and_quota(portal):
     page = client.get("/").content.decode()
     assert "Runs in the last 24 h" in page and "/ 100" in page
     assert "Waiting for a slot" in page and "Fair-share weight" in page
+    assert "Run history kept" in page and f"{settings.RUN_RETENTION_DAYS} days" in page
     assert json.dumps("dead")[1:-1] in page
     assert str(uuid.UUID(str(portal["dead"].id))) in page
 

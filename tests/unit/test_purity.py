@@ -18,6 +18,7 @@ PURE_MODULES = (
     "beat.planning",
     "beat.admission",
     "beat.fair_share",
+    "beat.retention_plan",
     "runs.retry",
     "runs.outcomes",
     "runs.states",

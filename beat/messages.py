@@ -41,7 +41,9 @@ def build_message(
     queue: str,
     origin: str,
     time_limits: tuple[int | None, int | None] = (None, None),
+    delivery_tag: str | None = None,
 ) -> bytes:
+    """The reference form of a message, any args (`MessageTemplate` is the fast path)."""
     body = json.dumps(
         [args, {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
     ).encode()
@@ -78,10 +80,102 @@ def build_message(
             "delivery_info": {"exchange": "", "routing_key": queue},
             "priority": 0,
             "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
+            "delivery_tag": delivery_tag or str(uuid.uuid4()),
         },
     }
     return json.dumps(message, separators=(",", ":")).encode()
+
+
+class MessageTemplate:
+    """`build_message` for the leader's one task shape, args `[schema, run_id, attempt]`, by
+    joining bytes around the per-run values instead of building and serialising two dicts
+    per run (~40 µs a message down to a few). The same bytes as `build_message`: its
+    constant parts are escaped here once (schema names and the origin per value, cached),
+    and the per-run values need no escaping: a run id is a UUID's text, the queue is
+    `runs.<priority>.<shard>`, the attempt and the limits are integers
+    (`tests/unit/test_message_template.py` compares the two byte for byte)."""
+
+    _BODY_TAIL = b'], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]'
+
+    def __init__(self, task_name: str, origin: str) -> None:
+        dump = json.dumps
+        self._head = b'{"body":"'
+        self._after_body = (
+            '","content-encoding":"utf-8","content-type":"application/json","headers":{"lang":"py",'
+            f'"task":{dump(task_name)},"id":"'
+        ).encode()
+        self._after_id = (
+            b'","shadow":null,"eta":null,"expires":null,"group":null,"group_index":null,'
+            b'"retries":0,"timelimit":'
+        )
+        self._after_limits = b',"root_id":"'
+        self._after_root = b'","parent_id":null,"argsrepr":"'
+        self._after_argsrepr = (
+            f'","kwargsrepr":"{{}}","origin":{dump(origin)},"ignore_result":true,'
+            '"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}},"properties":'
+            '{"correlation_id":"'
+        ).encode()
+        self._after_correlation = (
+            b'","reply_to":"","delivery_mode":2,"delivery_info":{"exchange":"","routing_key":"'
+        )
+        self._after_queue = b'"},"priority":0,"body_encoding":"base64","delivery_tag":"'
+        self._tail = b'"}}'
+        self._schemas: dict[str, tuple[bytes, bytes]] = {}
+        self._limits: dict[tuple[int | None, int | None], bytes] = {}
+
+    def _schema_parts(self, schema: str) -> tuple[bytes, bytes]:
+        parts = self._schemas.get(schema)
+        if parts is None:
+            body_head = b"[[" + json.dumps(schema).encode() + b', "'
+            argsrepr_head = json.dumps("(" + repr(schema) + ", '")[1:-1].encode()
+            parts = self._schemas[schema] = (body_head, argsrepr_head)
+        return parts
+
+    def _limits_part(self, limits: tuple[int | None, int | None]) -> bytes:
+        part = self._limits.get(limits)
+        if part is None:
+            part = self._limits[limits] = json.dumps(list(limits), separators=(",", ":")).encode()
+        return part
+
+    def render(
+        self,
+        *,
+        run_id: str,
+        schema: str,
+        attempt: int,
+        queue: str,
+        time_limits: tuple[int | None, int | None] = (None, None),
+        delivery_tag: str | None = None,
+    ) -> bytes:
+        body_head, argsrepr_head = self._schema_parts(schema)
+        rid = run_id.encode()
+        attempt_text = str(attempt).encode()
+        body = base64.b64encode(body_head + rid + b'", ' + attempt_text + self._BODY_TAIL)
+        return b"".join(
+            (
+                self._head,
+                body,
+                self._after_body,
+                rid,
+                self._after_id,
+                self._limits_part(time_limits),
+                self._after_limits,
+                rid,
+                self._after_root,
+                argsrepr_head,
+                rid,
+                b"', ",
+                attempt_text,
+                b")",
+                self._after_argsrepr,
+                rid,
+                self._after_correlation,
+                queue.encode(),
+                self._after_queue,
+                (delivery_tag or str(uuid.uuid4())).encode(),
+                self._tail,
+            )
+        )
 
 
 def push_messages(pipeline, messages: list[tuple[str, bytes]]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .messages import build_message, queue_for, time_limits
+from .messages import MessageTemplate, queue_for, time_limits
 from .store import RunRef
 
 EXECUTE_TASK = "runs.execute_run"
@@ -51,6 +51,7 @@ class PendingRuns:
         self.known: set = set()  # run ids in the heap or held
         self.held: dict[tuple[int, int], list[Pending]] = {}
         self._seq = itertools.count()
+        self._template = MessageTemplate(EXECUTE_TASK, origin)
 
     def build(self, tenant_id: int, schema: str, ref: RunRef) -> Pending:
         queue, message = self._message(
@@ -97,12 +98,11 @@ class PendingRuns:
 
     def _message(self, tenant_id, schema, job_id, run_id, attempt, priority, timeout):
         queue = queue_for(priority, f"{tenant_id}:{job_id}", self.shard_count)
-        message = build_message(
-            task_name=EXECUTE_TASK,
-            task_id=str(run_id),
-            args=[schema, str(run_id), attempt],
+        message = self._template.render(
+            run_id=str(run_id),
+            schema=schema,
+            attempt=attempt,
             queue=queue,
-            origin=self.origin,
             time_limits=time_limits(timeout),
         )
         return queue, message

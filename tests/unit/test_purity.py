@@ -19,6 +19,7 @@ PURE_MODULES = (
     "beat.admission",
     "beat.fair_share",
     "beat.retention_plan",
+    "beat.messages",
     "runs.retry",
     "runs.outcomes",
     "runs.states",

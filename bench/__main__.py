@@ -23,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print where the last iteration's time goes (cProfile)",
     )
+    cost.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="print the last materialise's wall time by SQL statement, Redis call and step",
+    )
     lag = sub.add_parser("fire-lag", help="publish lag for many jobs due together")
     lag.add_argument("--count", type=int, default=10_000)
     lag.add_argument("--spread", type=int, default=0, help="seconds the due instants span")
@@ -121,7 +126,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.bench == "leader-cost":
         sizes = [int(s) for s in args.sizes.split(",")]
-        result = leader_cost.run(sizes, args.due, args.tenants, args.repeats, profile=args.profile)
+        result = leader_cost.run(
+            sizes,
+            args.due,
+            args.tenants,
+            args.repeats,
+            profile=args.profile,
+            breakdown=args.breakdown,
+        )
     elif args.bench == "schedule-math":
         result = schedule_math.run()
     elif args.bench == "outbound":

@@ -11,18 +11,22 @@ import cProfile
 import pstats
 import statistics
 import time
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from psycopg import sql
 
+from beat import materialise as materialise_step
 from beat.engine import Engine, EngineConfig
 from beat.lease import bump_epoch
+from core import index as core_index
 from core.clock import FakeClock
 from core.keys import index_key
 from core.redis import get_redis
 from core.sql import table
 
+from .breakdown import Breakdown
 from .world import (
     UNBOUNDED_ADMISSION,
     bench_tenants,
@@ -63,7 +67,20 @@ def _grow(client, tenants, size: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(size: int, tenants, due: int, repeats: int, profile: bool = False) -> dict:
+def _instrumented(engine: Engine, breakdown: Breakdown) -> None:
+    """Time the leaf calls of materialise (its SQL is timed by `Breakdown.measuring`)."""
+    breakdown.wrap(materialise_step, "_plan_one", "Python plan slots (plan_job)")
+    breakdown.wrap(engine.runs, "_message", "Python build messages")
+    breakdown.wrap(engine.runs, "remember", "Python heap push")
+    breakdown.wrap(materialise_step, "uuid7", "Python run ids (uuid7)")
+    for name in ("cas_jobs", "lower_jobs"):
+        breakdown.wrap(engine.writes, name, f"Redis {name} (fenced Lua)")
+    breakdown.wrap(core_index, "due", "Redis ZRANGEBYSCORE due head")
+
+
+def measure(
+    size: int, tenants, due: int, repeats: int, profile: bool = False, breakdown: bool = False
+) -> dict:
     client = get_redis()
     materialise_ms, fire_ms = [], []
     profiler = cProfile.Profile() if profile else None
@@ -76,12 +93,27 @@ def measure(size: int, tenants, due: int, repeats: int, profile: bool = False) -
             client=client,
             clock=clock,
             epoch=bump_epoch("bench"),
-            config=EngineConfig(lookahead_seconds=30, admission=UNBOUNDED_ADMISSION),
+            config=EngineConfig(
+                lookahead_seconds=30,
+                admission=UNBOUNDED_ADMISSION,
+                materialise_batch=max(due, 5000),
+            ),
             origin="bench",
         )
-        started = time.perf_counter()
-        processed = engine.materialise()
-        materialise_ms.append((time.perf_counter() - started) * 1000)
+        parts = Breakdown() if breakdown and repeat == repeats - 1 else None
+        with ExitStack() as stack:
+            if parts is not None:
+                originals = (materialise_step._plan_one, materialise_step.uuid7, core_index.due)
+                _instrumented(engine, parts)
+                stack.enter_context(parts.measuring())
+            started = time.perf_counter()
+            processed = engine.materialise()
+            elapsed = time.perf_counter() - started
+            if parts is not None:
+                (materialise_step._plan_one, materialise_step.uuid7, core_index.due) = originals
+        materialise_ms.append(elapsed * 1000)
+        if parts is not None:
+            print(parts.report(elapsed, f"materialise {due:,} runs (instrumented)"), flush=True)
         clock.set(X)
         started = time.perf_counter()
         published = engine.fire().published
@@ -90,11 +122,13 @@ def measure(size: int, tenants, due: int, repeats: int, profile: bool = False) -
     if profiler:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
     return {
         "registered": size,
         "due": due,
         "materialise_ms": statistics.median(materialise_ms),
         "fire_ms": statistics.median(fire_ms),
+        "materialise_runs_per_s": due / statistics.median(materialise_ms) * 1000,
         "iteration_ms": statistics.median(
             m + f for m, f in zip(materialise_ms, fire_ms, strict=True)
         ),
@@ -129,6 +163,7 @@ def run(
     tenant_count: int = 10,
     repeats: int = 5,
     profile: bool = False,
+    breakdown: bool = False,
 ) -> list[dict]:
     client = get_redis()
     tenants = bench_tenants(tenant_count)
@@ -138,13 +173,14 @@ def run(
     results = []
     for size in sizes:
         grow_seconds = _grow(client, tenants, size)
-        row = measure(size, tenants, due, repeats, profile)
+        row = measure(size, tenants, due, repeats, profile, breakdown)
         row["load_seconds"] = round(grow_seconds, 1)
         row.update(storage_figures(client, tenants))
         results.append(row)
         print(
             f"registered {size:>10,}  due {due:,}  materialise {row['materialise_ms']:8.1f} ms"
-            f"  fire {row['fire_ms']:7.1f} ms  iteration {row['iteration_ms']:8.1f} ms"
+            f" ({row['materialise_runs_per_s']:,.0f} runs/s)  fire {row['fire_ms']:7.1f} ms"
+            f"  iteration {row['iteration_ms']:8.1f} ms"
             f"  (load {grow_seconds:.1f}s)",
             flush=True,
         )

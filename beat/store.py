@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
+from psycopg.types.datetime import TimestamptzLoader
 
 from core.failpoints import freeze_in_fence
 from core.sql import pg_array, table
@@ -55,6 +56,30 @@ JOB_COLUMNS = (
 
 
 HELD_BY_PAUSE = status_sql.HELD_BY_PAUSE
+
+
+def fast_times(cursor):
+    """Load `timestamptz` on this cursor with psycopg's own loader, which psycopg swaps for
+    its C implementation. Django registers a Python subclass on its connections (to set
+    the tzinfo), which costs several µs a value: most of reading thousands of job rows.
+    The C loader returns the same aware instants (in the session's time zone, UTC here)."""
+    getattr(cursor, "cursor", cursor).adapters.register_loader("timestamptz", TimestamptzLoader)
+    return cursor
+
+
+def _times(values: list) -> str:
+    """`pg_array` for a column of instants (None: NULL), without its per-value dispatch."""
+    return "{" + ",".join("NULL" if v is None else f'"{v.isoformat()}"' for v in values) + "}"
+
+
+def _plain(values: list) -> str:
+    """`pg_array` for ids and numbers (their text needs no quotes)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _words(values: list) -> str:
+    """`pg_array` for our own status words and skip reasons (no quotes or backslashes)."""
+    return "{" + ",".join(f'"{v}"' for v in values) + "}"
 
 
 class FencingError(Exception):
@@ -110,8 +135,9 @@ class JobRow:
 
     def __post_init__(self) -> None:
         # Raw queries return jsonb as text: Django registers no loader on its connections.
+        # (Most jobs have neither: skip the decoder for the empty values.)
         if isinstance(self.extra_specs, str):
-            self.extra_specs = json.loads(self.extra_specs)
+            self.extra_specs = [] if self.extra_specs == "[]" else json.loads(self.extra_specs)
         if isinstance(self.calendars, str):
             self.calendars = json.loads(self.calendars)
         self.calendars = self.calendars or []
@@ -145,7 +171,7 @@ def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], se
         links=table(schema, "jobs_job_calendars"),
         calendars=table(schema, "jobs_exclusioncalendar"),
     )
-    cursor.execute(query, [pg_array(job_ids)])
+    fast_times(cursor).execute(query, [pg_array(job_ids)])
     rows = [JobRow(*row) for row in cursor.fetchall()]
     missing = set(job_ids) - {row.id for row in rows}
     if not missing:
@@ -163,7 +189,7 @@ def job_states(cursor, schema: str, job_ids: list[int]) -> dict[int, tuple[bool,
         f"SELECT id, ({SCHEDULABLE}) AND schedule_kind <> 'none', next_run_at FROM {{}} "
         "WHERE id = ANY(%s::bigint[])"
     ).format(table(schema, "jobs_job"))
-    cursor.execute(query, [pg_array(job_ids)])
+    fast_times(cursor).execute(query, [pg_array(job_ids)])
     return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
 
 
@@ -186,7 +212,15 @@ def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(
-        query, [pg_array(column) for column in (ids, job_ids, slots, dues, statuses, reasons)]
+        query,
+        [
+            _plain(ids),
+            _plain(job_ids),
+            _times(slots),
+            _times(dues),
+            _words(statuses),
+            _words(reasons),
+        ],
     )
     return [row[0] for row in cursor.fetchall()]
 
@@ -203,7 +237,7 @@ def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]
         FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, next) WHERE j.id = u.id
         """
     ).format(jobs=table(schema, "jobs_job"))
-    cursor.execute(query, [pg_array(job_ids), pg_array(nexts)])
+    cursor.execute(query, [_plain(job_ids), _times(nexts)])
 
 
 def park_jobs(cursor, schema: str, faults: list[tuple[int, str, str]]) -> None:
@@ -396,7 +430,7 @@ def pending_runs(
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [until, *(after or ()), limit])
+    fast_times(cursor).execute(query, [until, *(after or ()), limit])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 
@@ -413,7 +447,7 @@ def pending_runs_by_id(cursor, schema: str, *, until: datetime, run_ids: list) -
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [pg_array(run_ids), until])
+    fast_times(cursor).execute(query, [pg_array(run_ids), until])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 
@@ -426,7 +460,7 @@ def queued_runs(cursor, schema: str, *, after: Any = None, limit: int = 10_000) 
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    cursor.execute(query, [*([after] if after is not None else []), limit])
+    fast_times(cursor).execute(query, [*([after] if after is not None else []), limit])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from beat.messages import MessageTemplate, build_message
+from beat.messages import MessageTemplate, build_message, new_delivery_tag
 
 
 @pytest.mark.parametrize("schema", ["t_alpha", "t_a-b_9", 't_"quoted\\é'])
@@ -47,3 +47,9 @@ def test_each_rendered_message_gets_its_own_delivery_tag():
         for _ in range(3)
     }
     assert len(tags) == 3
+
+
+def test_delivery_tags_are_version_4_uuids():
+    for _ in range(200):
+        tag = uuid.UUID(new_delivery_tag())
+        assert (tag.version, tag.variant) == (4, uuid.RFC_4122)

@@ -115,9 +115,19 @@ def measure(
         if parts is not None:
             print(parts.report(elapsed, f"materialise {due:,} runs (instrumented)"), flush=True)
         clock.set(X)
-        started = time.perf_counter()
-        published = engine.fire().published
-        fire_ms.append((time.perf_counter() - started) * 1000)
+        fire_parts = Breakdown() if parts is not None else None
+        with ExitStack() as stack:
+            if fire_parts is not None:
+                fire_parts.wrap(engine.writes, "push_messages", "Redis push messages (fenced)")
+                if engine.admission is not None:
+                    fire_parts.wrap(engine.admission, "choose", "fair admission (choose)")
+                stack.enter_context(fire_parts.measuring())
+            started = time.perf_counter()
+            published = engine.fire().published
+            elapsed = time.perf_counter() - started
+        fire_ms.append(elapsed * 1000)
+        if fire_parts is not None:
+            print(fire_parts.report(elapsed, f"fire {due:,} runs (instrumented)"), flush=True)
         assert processed == due and published == due, (processed, published)
     if profiler:
         profiler.disable()

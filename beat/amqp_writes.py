@@ -76,6 +76,7 @@ class AmqpWrites(FencedRedis):
         self._channel = None
         self._pending: set[int] = set()  # delivery tags published, not yet confirmed
         self._nacked = False
+        self._returned: list[str] = []  # queues a mandatory publish found missing
         self._sent = 0
 
     # --- the connection --------------------------------------------------------------------
@@ -87,10 +88,12 @@ class AmqpWrites(FencedRedis):
             channel.confirm_select()
             channel.events["basic_ack"].add(self._on_ack)
             channel.events["basic_nack"].add(self._on_nack)
+            channel.events["basic_return"].add(self._on_return)
             self._conn, self._channel = conn, channel
             self._sent = 0
             self._pending = set()
             self._nacked = False
+            self._returned = []
         return self._channel
 
     def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
@@ -101,6 +104,9 @@ class AmqpWrites(FencedRedis):
 
     def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
         self._nacked = True
+
+    def _on_return(self, exc, exchange: str, routing_key: str, message) -> None:
+        self._returned.append(routing_key)
 
     def close(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None
@@ -139,7 +145,9 @@ class AmqpWrites(FencedRedis):
         channel = self._open()
         for _queue, envelope in chunk:
             queue, message = amqp_message(envelope)
-            channel.basic_publish(message, exchange="", routing_key=queue)
+            # mandatory: a queue deleted since this connection declared it returns the
+            # message (before its confirm) instead of dropping it
+            channel.basic_publish(message, exchange="", routing_key=queue, mandatory=True)
             self._sent += 1
             self._pending.add(self._sent)
         deadline = time.monotonic() + self.timeout
@@ -156,6 +164,9 @@ class AmqpWrites(FencedRedis):
                 ) from None
         if self._nacked:
             raise BrokerError("RabbitMQ refused (nacked) a published run message")
+        if self._returned:
+            # the connection is closed by the caller: the next one declares the queues again
+            raise BrokerError(f"no RabbitMQ queue {sorted(set(self._returned))} took a message")
 
 
 def leader_writes(client, lock_key: str, token: str | None) -> FencedRedis:

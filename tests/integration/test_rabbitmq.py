@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from beat.admission_control import AdmissionConfig, AdmissionControl
-from beat.amqp_writes import AmqpWrites, leader_writes
+from beat.amqp_writes import AmqpWrites, BrokerError, leader_writes
 from beat.faults import TenantFaults
 from beat.fenced import FencedRedis
 from beat.lease import LeaseLost, bump_epoch
@@ -190,3 +190,40 @@ def test_metrics_report_rabbitmq_queue_depths(live, amqp_broker, redis_client):
     [depth] = broker_facts()  # a source of its own: RabbitMQ away costs only the depths
     values = {s.labels["queue"]: s.value for s in depth.samples}
     assert values == {"runs.0": 0, "runs.1": 0, "runs.2": 4, "runs.3": 0}
+
+
+def test_a_queued_run_rabbitmq_lost_is_published_again_by_the_reaper(
+    live, amqp_broker, redis_client
+):
+    """The reaper's republish path goes through the same writes: to RabbitMQ."""
+    from .test_execution import _age, _trigger
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    run = _trigger(alpha, clock, make_job(alpha, clock, schedule=None))
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=60)
+    engine.writes = leader_writes(redis_client, engine.writes.lock_key, engine.writes.token)
+    engine.load_run_index()
+    assert engine.fire().published == 1
+    _drain(amqp_broker, "runs.0"), _drain(amqp_broker, "runs.1")  # the broker lost it
+    _drain(amqp_broker, "runs.2"), _drain(amqp_broker, "runs.3")
+    _age(alpha, run.id, "queued_at", 61)
+    assert engine.reap(force=True) == 1
+    got = [m for q in ("runs.0", "runs.1", "runs.2", "runs.3") for m in _drain(amqp_broker, q)]
+    assert [m.headers["id"] for m in got] == [str(run.id)]
+
+
+def test_a_queue_deleted_under_the_leader_fails_the_publish_and_the_next_declares_it(
+    amqp_broker, redis_client
+):
+    """Publishes are mandatory: a message no queue takes is returned, never dropped."""
+    from tests.rabbitmq import reset_queues
+
+    writes = _lease(redis_client)
+    writes.push_messages([("runs.low.0", _message(str(uuid.uuid4()), "runs.low.0"))])
+    reset_queues(amqp_broker)  # an operator deleted the queues
+    run_id = str(uuid.uuid4())
+    with pytest.raises(BrokerError, match=r"runs\.0"):
+        writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])
+    writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])  # a new connection
+    assert [m.headers["id"] for m in _drain(amqp_broker, "runs.0")] == [run_id]

@@ -129,17 +129,22 @@ class AmqpWrites(FencedRedis):
     # --- publishing -----------------------------------------------------------------------
     def push_messages(self, messages: list[tuple[str, bytes]]) -> None:
         """Publish pre-built messages to RabbitMQ, a chunk at a time: the lease checked in
-        Redis before each chunk, the chunk's confirms awaited after it."""
+        Redis before each chunk, the chunk's confirms awaited after it. A chunk that fails
+        on a connection opened earlier (closed meanwhile by the broker, a load balancer's
+        idle timeout) is tried once more on a new one; a copy the first try delivered
+        claims nothing (invariant 4)."""
         for start in range(0, len(messages), CHUNK):
             chunk = messages[start : start + CHUNK]
-            self.check_lease()
-            try:
-                self._publish(chunk)
-            except LeaseLost:
-                raise
-            except Exception:
-                self.close()  # a broken or refused channel is not reused
-                raise
+            while True:
+                self.check_lease()
+                reused = self._channel is not None
+                try:
+                    self._publish(chunk)
+                    break
+                except Exception:
+                    self.close()  # a broken or refused channel is not reused
+                    if not reused:
+                        raise
 
     def _publish(self, chunk: list[tuple[str, bytes]]) -> None:
         channel = self._open()

@@ -213,17 +213,29 @@ def test_a_queued_run_rabbitmq_lost_is_published_again_by_the_reaper(
     assert [m.headers["id"] for m in got] == [str(run.id)]
 
 
-def test_a_queue_deleted_under_the_leader_fails_the_publish_and_the_next_declares_it(
+def test_a_queue_deleted_under_the_leader_is_declared_again_not_dropped_into(
     amqp_broker, redis_client
 ):
-    """Publishes are mandatory: a message no queue takes is returned, never dropped."""
+    """Publishes are mandatory: a message no queue takes comes back and fails the try,
+    and the try on a new connection declares the queues again."""
     from tests.rabbitmq import reset_queues
 
     writes = _lease(redis_client)
     writes.push_messages([("runs.low.0", _message(str(uuid.uuid4()), "runs.low.0"))])
     reset_queues(amqp_broker)  # an operator deleted the queues
-    run_id = str(uuid.uuid4())
     with pytest.raises(BrokerError, match=r"runs\.0"):
-        writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])
-    writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])  # a new connection
+        writes._publish([("runs.low.0", _message(str(uuid.uuid4()), "runs.low.0"))])
+    writes._open()
+    reset_queues(amqp_broker)
+    run_id = str(uuid.uuid4())
+    writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.0")] == [run_id]
+
+
+def test_a_connection_lost_while_idle_costs_the_publish_nothing(amqp_broker, redis_client):
+    writes = _lease(redis_client)
+    writes.push_messages([("runs.high.1", _message(str(uuid.uuid4()), "runs.high.1"))])
+    writes._conn.transport.close()  # dropped by the broker or a load balancer meanwhile
+    run_id = str(uuid.uuid4())
+    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id

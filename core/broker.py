@@ -56,7 +56,7 @@ def amqp_destination(queue: str) -> tuple[str, int]:
     return queue, 0
 
 
-def amqp_connection(url: str | None = None, *, timeout: float | None = None):
+def amqp_connection(url: str | None = None, *, timeout: float | None = None, **options):
     """An open py-amqp connection whose connect, reads and writes are all bounded."""
     import amqp
 
@@ -73,6 +73,7 @@ def amqp_connection(url: str | None = None, *, timeout: float | None = None):
         connect_timeout=timeout,
         read_timeout=timeout,
         write_timeout=timeout,
+        **options,
     )
     conn.connect()
     return conn

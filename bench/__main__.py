@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         default="redis",
         help="amqp: both sides on RabbitMQ (BENCH_AMQP_URL, default vhost tickwork_bench)",
     )
+    pub = sub.add_parser("broker-publish", help="the leader's publish: RabbitMQ vs Redis")
+    pub.add_argument("--count", type=int, default=10_000)
+    pub.add_argument("--repeats", type=int, default=3)
     conc = sub.add_parser("concurrency", help="long runs held in flight by a thread worker")
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
@@ -117,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         result = outbound.run()
     elif args.bench == "concurrency":
         result = concurrency.run(args.inflight, args.db_pool, workers=args.workers)
+    elif args.bench == "broker-publish":
+        from . import broker_publish
+
+        result = broker_publish.run(args.count, args.repeats)
     elif args.bench == "throughput":
         result = throughput.run(args.count, args.repeats, broker=args.broker)
     elif args.bench == "many-tenants":

@@ -12,7 +12,7 @@ queue, and the choice of what goes next is made as late as possible (ADR 0011).
   until the next recount, never admit one run too many.
 - **Watermark**: the broker holds at most `SCHEDULER_ADMISSION_BACKLOG_PER_SLOT` messages
   per live worker slot (workers register themselves, `runs/worker_registry.py`), and at
-  least `SCHEDULER_ADMISSION_BACKLOG_MIN`.
+  least `SCHEDULER_ADMISSION_BACKLOG_MIN` (the depths: `core/broker.py`, Redis or RabbitMQ).
 - **Order**: deficit round robin over tenants by `weight`, high priority first within a
   tenant, then oldest due (`beat/fair_share.py`).
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from psycopg import sql
 
+from core.broker import amqp_queue_names, is_amqp, queue_depths
 from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
 from core.sql import table
 from runs.status_sql import STATUS
@@ -110,7 +111,12 @@ class AdmissionControl:
         self.config = config
         self.queue = FairQueue()
         self.in_flight = InFlight()
-        self.queue_names = [f"runs.{p}.{s}" for p in PRIORITIES for s in range(shard_count)]
+        self.amqp = is_amqp()
+        self.queue_names = (
+            amqp_queue_names(shard_count)
+            if self.amqp
+            else [f"runs.{p}.{s}" for p in PRIORITIES for s in range(shard_count)]
+        )
         self._limits: dict[int, TenantLimits] = {}
         self._limits_at = float("-inf")
         self._schemas: dict[int, str] = {}
@@ -220,10 +226,13 @@ class AdmissionControl:
     # --- the numbers -------------------------------------------------------------------------
     def _room(self, now: float) -> int:
         pipe = self.client.pipeline(transaction=False)
-        for name in self.queue_names:
-            pipe.llen(name)
+        if not self.amqp:
+            for name in self.queue_names:
+                pipe.llen(name)
         pipe.zrangebyscore(workers_key(), now, "+inf")
         *lengths, members = pipe.execute()
+        if self.amqp:  # RabbitMQ's message counts (bounded, cached for an instant)
+            lengths = list(queue_depths(self.client, self.queue_names).values())
         slots = 0
         for member in members:
             try:

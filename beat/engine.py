@@ -28,6 +28,7 @@ from . import fire as fire_step
 from . import materialise as materialise_step
 from . import sweeps
 from .admission_control import AdmissionConfig, AdmissionControl
+from .amqp_writes import leader_writes
 from .faults import TenantFaults, isolated
 from .fenced import Cas, FencedRedis
 from .pending import Pending, PendingRuns
@@ -95,7 +96,7 @@ class Engine:
         self.epoch = epoch
         self.config = config
         self.origin = origin
-        self.writes = writes or FencedRedis(client, lock_key="", token=None)
+        self.writes = writes or leader_writes(client, lock_key="", token=None)
         self.checkpoint = checkpoint or (lambda: None)
         self.index_key = index_key()
         self.tenants = TenantDirectory()

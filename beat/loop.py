@@ -26,8 +26,8 @@ from core.keys import faults_key, wake_key
 from core.logs import log_event
 
 from .alerting import Alerting
+from .amqp_writes import leader_writes
 from .engine import Engine, EngineConfig
-from .fenced import FencedRedis
 from .lease import Lease, LeaseLost, process_identity
 from .metrics import announce, iteration_done
 from .session import bounded_leader_session
@@ -76,7 +76,7 @@ class SchedulerProcess:
             epoch=self.lease.epoch,
             config=self.config,
             origin=self.holder,
-            writes=FencedRedis(self.client, self.lease.lock_key, self.lease.token),
+            writes=leader_writes(self.client, self.lease.lock_key, self.lease.token),
             checkpoint=self.lease.renew_if_due,
         )
         self.engine.faults.adopt(self.client, faults_key())

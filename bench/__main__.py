@@ -35,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
+    thr.add_argument(
+        "--broker",
+        choices=("redis", "amqp"),
+        default="redis",
+        help="amqp: both sides on RabbitMQ (BENCH_AMQP_URL, default vhost tickwork_bench)",
+    )
+    pub = sub.add_parser("broker-publish", help="the leader's publish: RabbitMQ vs Redis")
+    pub.add_argument("--count", type=int, default=10_000)
+    pub.add_argument("--repeats", type=int, default=3)
     conc = sub.add_parser("concurrency", help="long runs held in flight by a thread worker")
     conc.add_argument("--inflight", type=int, default=2000)
     conc.add_argument("--db-pool", type=int, default=10)
@@ -150,8 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             args.beat_seconds,
             args.prefetch,
         )
+    elif args.bench == "broker-publish":
+        from . import broker_publish
+
+        result = broker_publish.run(args.count, args.repeats)
     elif args.bench == "throughput":
-        result = throughput.run(args.count, args.repeats)
+        result = throughput.run(args.count, args.repeats, broker=args.broker)
     elif args.bench == "many-tenants":
         result = many_tenants.run(
             args.tenants,

@@ -1,19 +1,29 @@
 """End-to-end throughput of `builtin.noop` runs (published to finished) on one worker of
 two prefork processes, side by side with plain Celery running a no-op task on the same
-worker: the ratio is what our bookkeeping (claim, attempt row, outcome) costs."""
+worker: the ratio is what our bookkeeping (claim, attempt row, outcome) costs.
+
+`--broker amqp` runs both sides on RabbitMQ (ADR 0019): the messages are published the way
+the leader publishes them there (`beat/amqp_writes.py`: confirmed chunks), to a vhost of
+the benchmark's own."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
+from django.conf import settings
 from django.db import connection
 from django_tenants.utils import schema_context
 from psycopg import sql
 
+from beat.amqp_writes import AmqpWrites
 from beat.messages import build_message
+from core.broker import amqp_connection
 from core.clock import SystemClock
 from core.redis import get_redis
 from core.sql import pg_array, table
@@ -41,7 +51,41 @@ def run_messages(schema: str, ids: list[str]) -> list[bytes]:
     ]
 
 
+AMQP_URL = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/tickwork_bench")
+
+
+def _amqp_setup(url: str) -> None:
+    """The benchmark's vhost (made with rabbitmqctl when it is at hand) with its queues
+    empty; `bench.plain` declared as the worker declares it."""
+    vhost = url.rsplit("/", 1)[1]
+    if shutil.which("rabbitmqctl") and vhost:
+        subprocess.run(["rabbitmqctl", "-q", "add_vhost", vhost], capture_output=True, timeout=60)
+        subprocess.run(
+            ["rabbitmqctl", "-q", "set_permissions", "-p", vhost, "guest", ".*", ".*", ".*"],
+            capture_output=True,
+            timeout=60,
+        )
+    conn = amqp_connection(url)
+    try:
+        channel = conn.channel()
+        for name in ["runs.0", "runs.1", "runs.2", "runs.3", PLAIN_QUEUE]:
+            channel.queue_delete(name)
+        channel.queue_declare(PLAIN_QUEUE, durable=True, auto_delete=False)
+    finally:
+        conn.collect()
+
+
+_amqp_writes: AmqpWrites | None = None
+PUBLISH_SECONDS: list[float] = []  # how long each round's publish took (the leader's path)
+
+
 def _publish(client, queue: str, messages: list[bytes]) -> None:
+    global _amqp_writes
+    if settings.CELERY_BROKER_URL.startswith("amqp"):
+        if _amqp_writes is None:
+            _amqp_writes = AmqpWrites(client, "", None)
+        _amqp_writes.push_messages([(queue, m) for m in messages])
+        return
     pipe = client.pipeline(transaction=False)
     for start in range(0, len(messages), 1000):
         pipe.lpush(queue, *messages[start : start + 1000])
@@ -102,14 +146,22 @@ def _ours_round(client, schema: str, job_id: int, count: int) -> float:
     literal = pg_array(ids)
     started = time.time()
     _publish(client, QUEUE, messages)
+    PUBLISH_SECONDS.append(time.time() - started)
     # Poll gently (the poll must not compete with the worker for the database), then
     # time the batch by its last finish as recorded by the worker.
     assert wait_until(lambda: _succeeded(schema, literal) >= count, 600, 0.5)
     return count / (_last_finish(schema, literal) - started)
 
 
-def run(count: int = 5000, repeats: int = 3, concurrency: int = 2) -> dict:
+def run(count: int = 5000, repeats: int = 3, concurrency: int = 2, broker: str = "redis") -> dict:
     client = get_redis()
+    worker_env: dict[str, str] = {}
+    queues = f"{QUEUE},{PLAIN_QUEUE}"
+    if broker == "amqp":
+        settings.CELERY_BROKER_URL = AMQP_URL
+        worker_env["CELERY_BROKER_URL"] = AMQP_URL
+        queues = f"runs.0,{PLAIN_QUEUE}"  # runs.normal.0 is shard 0's priority queue there
+        _amqp_setup(AMQP_URL)
     [tenant] = bench_tenants(1)
     drop_bench_data(client, [tenant])
     with schema_context(tenant.schema_name):
@@ -128,10 +180,11 @@ def run(count: int = 5000, repeats: int = 3, concurrency: int = 2) -> dict:
         "-c",
         str(concurrency),
         "-Q",
-        f"{QUEUE},{PLAIN_QUEUE}",
+        queues,
         "-I",
         "bench.celery_tasks",
         log=Path("bench/results/worker.log"),
+        **worker_env,
     )
     try:
         _plain_round(client, 50)  # warm-up: the worker is up and connected
@@ -142,17 +195,20 @@ def run(count: int = 5000, repeats: int = 3, concurrency: int = 2) -> dict:
     finally:
         stop(worker)
     result = {
+        "broker": broker,
         "runs": count,
         "repeats": repeats,
         "worker_processes": concurrency,
         "plain_celery_per_s": statistics.median(plain),
         "tickwork_per_s": statistics.median(ours),
         "ratio": statistics.median(o / p for o, p in zip(ours, plain, strict=True)),
+        "publish_per_s": count / statistics.median(PUBLISH_SECONDS),
     }
     print(
-        f"noop throughput, {count:,} each, {concurrency} worker processes, median of "
+        f"noop throughput on {broker}, {count:,} each, {concurrency} worker processes, median of "
         f"{repeats}: plain Celery {result['plain_celery_per_s']:,.0f}/s, Tickwork "
-        f"{result['tickwork_per_s']:,.0f}/s, ratio {result['ratio']:.2f}",
+        f"{result['tickwork_per_s']:,.0f}/s, ratio {result['ratio']:.2f}; published at "
+        f"{result['publish_per_s']:,.0f} messages/s",
         flush=True,
     )
     return result

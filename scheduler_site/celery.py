@@ -3,7 +3,8 @@
 The Redis transport polls the run queues high before normal before low, and the shards of
 one priority in turn (`scheduler_site/queue_order.py`), so a worker started without `-Q`
 takes every run queue, always drains higher priorities first, and lets no shard of a
-priority wait behind another that stays full.
+priority wait behind another that stays full. On RabbitMQ (`CELERY_BROKER_URL=amqp://`)
+the run queues are one priority queue per shard, `runs.<shard>` (`core/broker.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 def _configure_queues() -> None:
     from django.conf import settings
 
+    from core.broker import AMQP_QUEUE_ARGUMENTS, amqp_queue_names, is_amqp
+
+    if is_amqp():
+        # RabbitMQ (ADR 0019): one durable priority queue per shard, declared with the
+        # arguments the leader declares them with; priority is the message's.
+        names = amqp_queue_names(settings.SCHEDULER_SHARD_COUNT)
+        app.conf.task_queues = [
+            Queue(name, routing_key=name, durable=True, queue_arguments=AMQP_QUEUE_ARGUMENTS)
+            for name in names
+        ]
+        app.conf.task_default_queue = names[0]
+        return
     names = run_queue_names(settings.SCHEDULER_SHARD_COUNT)
     app.conf.task_queues = [Queue(name, routing_key=name) for name in names]
     app.conf.task_default_queue = names[len(names) // len(PRIORITIES)]  # runs.normal.0

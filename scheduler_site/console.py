@@ -17,6 +17,7 @@ from django_tenants.utils import schema_context
 from psycopg import sql
 
 from beat.status import scheduler_status
+from core.broker import queue_depths
 from core.clock import SystemClock
 from core.keys import leader_info_key
 from core.redis import get_redis
@@ -30,7 +31,6 @@ from runs import states
 from runs.models import Run
 from runs.selectors import newest_runs, run_list, with_last_run
 from runs.status_sql import STATUS
-from scheduler_site.celery import run_queue_names
 from tenants.models import Tenant
 
 CLOCK = SystemClock()
@@ -72,11 +72,7 @@ def fleet(now) -> dict:
     ttl_ms = client.pttl(leader_info_key())
     lease = settings.SCHEDULER_LEASE_SECONDS
     renewed_ago = None if ttl_ms is None or ttl_ms < 0 else max(0.0, lease - ttl_ms / 1000)
-    queues = run_queue_names(settings.SCHEDULER_SHARD_COUNT)
-    pipe = client.pipeline(transaction=False)
-    for name in queues:
-        pipe.llen(name)
-    depths = dict(zip(queues, pipe.execute(), strict=True))
+    depths = queue_depths(client)
     tenants = list(Tenant.objects.exclude(schema_name="public").order_by("slug"))
     sizes = dlq_sizes(tenants)
     warnings = []

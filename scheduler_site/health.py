@@ -32,8 +32,22 @@ def check_redis() -> str | None:
     return None
 
 
+def check_broker() -> str | None:
+    """RabbitMQ, when it is the broker (ADR 0019): a connection within a second."""
+    from core.broker import amqp_connection, is_amqp
+
+    if not is_amqp():
+        return None  # the broker is the Redis checked above
+    try:
+        amqp_connection(timeout=1).collect()
+    except Exception as exc:
+        return f"rabbitmq unreachable: {exc.__class__.__name__}: {str(exc).strip()[:200]}"
+    return None
+
+
 def readiness_problems() -> list[str]:
-    return [problem for problem in (check_database(), check_redis()) if problem]
+    checks = (check_database(), check_redis(), check_broker())
+    return [problem for problem in checks if problem]
 
 
 def readyz(request: HttpRequest) -> JsonResponse:

@@ -351,13 +351,21 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tickwork@localhost")
 
 # --- Celery ------------------------------------------------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-if CELERY_BROKER_URL != REDIS_URL:
-    # The leader pushes pre-built messages onto REDIS_URL's lists (ADR 0003): workers
-    # listening on another broker would silently never see a run.
+if CELERY_BROKER_URL != REDIS_URL and CELERY_BROKER_URL.split("://", 1)[0] not in (
+    "amqp",
+    "pyamqp",
+    "amqps",
+):
+    # The leader pushes pre-built messages onto REDIS_URL's lists (ADR 0003) or publishes
+    # them to RabbitMQ (ADR 0019): workers listening on another broker would never see a run.
     raise ImproperlyConfigured(
-        "CELERY_BROKER_URL must be REDIS_URL (or unset): the scheduler publishes runs to the"
-        " Redis of REDIS_URL, and another broker (RabbitMQ, another Redis) is not supported yet"
+        "CELERY_BROKER_URL must be REDIS_URL (or unset) or a RabbitMQ URL (amqp://...):"
+        " the scheduler publishes runs to one of those, and another broker (another Redis,"
+        " SQS, ...) is not supported"
     )
+# RabbitMQ (ADR 0019): the bound on the leader's connect, each read and write, and the wait
+# for a chunk's publisher confirms; also the bound on the depth reads (admission, metrics).
+SCHEDULER_AMQP_TIMEOUT_SECONDS = env_float("SCHEDULER_AMQP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

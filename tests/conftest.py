@@ -151,3 +151,30 @@ def live(world, django_db_blocker, redis_client):
 
         connection.set_schema_to_public()
         truncate_tenant_data(schemas)
+
+
+# --- RabbitMQ (ADR 0019) -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """A RabbitMQ vhost of this test run's own (`tickwork_test_<TEST_REDIS_DB>`, made with
+    `rabbitmqctl` when it is at hand), or a skip saying why there is none."""
+    from tests.rabbitmq import rabbitmq_test_url
+
+    url, reason = rabbitmq_test_url()
+    if url is None:
+        pytest.skip(reason)
+    return url
+
+
+@pytest.fixture
+def amqp_broker(rabbitmq_url, settings):
+    """This test's broker is RabbitMQ: CELERY_BROKER_URL points at the test vhost, whose
+    run queues are emptied before and after."""
+    from tests.rabbitmq import reset_queues
+
+    settings.CELERY_BROKER_URL = rabbitmq_url
+    reset_queues(rabbitmq_url)
+    yield rabbitmq_url
+    reset_queues(rabbitmq_url)

@@ -30,6 +30,7 @@ from psycopg import sql
 
 from beat.lease import current_epoch
 from beat.status import overdue_query
+from core.broker import broker_queue_names, is_amqp, queue_depths
 from core.clock import SystemClock
 from core.keys import (
     admission_stats_key,
@@ -46,7 +47,6 @@ from core.metrics import tenant_label
 from core.redis import get_redis
 from core.sql import table
 from runs.status_sql import STATUS
-from scheduler_site.celery import run_queue_names
 
 SCHEMAS_PER_STATEMENT = 100
 CLOCK = SystemClock()
@@ -234,12 +234,31 @@ def database_facts(*, prepared: bool = False) -> list[Metric]:
 # --- Redis -----------------------------------------------------------------------------------
 
 
+def _depth_family(depths: dict[str, int]) -> Metric:
+    depth = GaugeMetricFamily(
+        "tickwork_queue_depth",
+        "Messages waiting in each run queue of the broker.",
+        labels=["queue"],
+    )
+    for name, length in depths.items():
+        depth.add_metric([name], length)
+    return depth
+
+
+def broker_facts() -> list[Metric]:
+    """RabbitMQ's run queue depths (passive declarations, bounded): a source of its own, so
+    that a broker away costs the depths, not the Redis facts."""
+    return [_depth_family(queue_depths(get_redis()))]
+
+
 def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     client = get_redis()
-    queues = run_queue_names(settings.SCHEDULER_SHARD_COUNT)
+    amqp = is_amqp()
+    queues = broker_queue_names()
     pipe = client.pipeline(transaction=False)
-    for name in queues:
-        pipe.llen(name)
+    if not amqp:
+        for name in queues:
+            pipe.llen(name)
     pipe.exists(leader_info_key())
     pipe.get(admission_stats_key())
     pipe.get(faults_key())
@@ -251,16 +270,9 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     *depths, leader, admission, faults, workers, index_size, runs_index, rebuilding, schedulers = (
         pipe.execute()
     )
-    depth = GaugeMetricFamily(
-        "tickwork_queue_depth",
-        "Messages waiting in each run queue of the broker.",
-        labels=["queue"],
-    )
-    for name, length in zip(queues, depths, strict=True):
-        depth.add_metric([name], length)
     slots = sum(_slots(member) for member in workers)
     return [
-        depth,
+        *([] if amqp else [_depth_family(dict(zip(queues, depths, strict=True)))]),
         _gauge("tickwork_leader_up", "1 while a scheduler holds the leader lease.", int(leader)),
         _gauge(
             "tickwork_schedulers",
@@ -502,6 +514,12 @@ def compute(*, prepared: bool = False) -> list[Metric]:
         up["redis"] = 1
     except Exception:  # redis.RedisError, or a value that does not parse
         up["redis"] = 0
+    if is_amqp():
+        try:
+            families += broker_facts()
+            up["rabbitmq"] = 1
+        except Exception:  # unreachable, or a timeout
+            up["rabbitmq"] = 0
     source = GaugeMetricFamily(
         "tickwork_metrics_source_up",
         "1 when the facts could be read from the source at their last refresh, else 0.",

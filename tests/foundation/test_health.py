@@ -31,6 +31,15 @@ def test_readyz_is_503_with_the_reason_when_redis_is_unreachable():
     assert any(problem.startswith("redis unreachable") for problem in response.json()["problems"])
 
 
+def test_readyz_checks_rabbitmq_when_it_is_the_broker(amqp_broker, settings):
+    assert Client().get("/readyz").status_code == 200
+    settings.CELERY_BROKER_URL = f"amqp://guest:guest@127.0.0.1:{_closed_port()}/"
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    [problem] = response.json()["problems"]
+    assert problem.startswith("rabbitmq unreachable")
+
+
 def test_admin_login_is_served_on_the_public_host():
     response = Client().get("/admin/login/")
     assert response.status_code == 200

@@ -103,10 +103,11 @@ def test_a_run_retention_out_of_bounds_is_refused_at_start_up():
     assert "RUN_RETENTION_DAYS=-1: must be at least 0" in result.stderr
 
 
-def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
-    """Workers on another broker would never see a run the leader publishes: refused."""
+def test_a_broker_other_than_the_schedulers_redis_or_rabbitmq_is_refused_in_one_line():
+    """Workers on another broker would never see a run the leader publishes: refused.
+    RabbitMQ is the one other broker the leader publishes to (ADR 0019)."""
     env = dict(os.environ)
-    env.update(DEBUG="1", CELERY_BROKER_URL="amqp://guest:guest@127.0.0.1:5672//")
+    env.update(DEBUG="1", CELERY_BROKER_URL="redis://127.0.0.1:6379/9")
     env.pop("DJANGO_SETTINGS_MODULE", None)
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],
@@ -119,6 +120,9 @@ def test_a_broker_other_than_the_schedulers_redis_is_refused_in_one_line():
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")
+    assert "RabbitMQ URL (amqp://...)" in line
+    amqp = _django_setup({"DEBUG": "1", "CELERY_BROKER_URL": "amqp://guest:guest@127.0.0.1//"})
+    assert amqp.returncode == 0, amqp.stderr
 
 
 def test_a_bad_log_format_or_metrics_directory_stops_the_start(tmp_path):

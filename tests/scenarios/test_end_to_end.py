@@ -1,4 +1,5 @@
-"""A scheduler and a Celery worker process: jobs fire on time and runs reach an end."""
+"""A scheduler and a Celery worker process: jobs fire on time and runs reach an end, with
+Redis or RabbitMQ as the broker."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 ENV = {"SCHEDULER_LEASE_SECONDS": "2", "SCHEDULER_LOOKAHEAD_SECONDS": "5"}
 
 
-def test_scheduled_retried_and_manual_runs_complete(live, redis_client, tmp_path):
+def test_scheduled_retried_and_manual_runs_complete(live, redis_client, tmp_path, broker_env):
     alpha = live["alpha"].tenant
     clock = SystemClock()
     every = make_job(alpha, clock, name="every second", schedule={"interval_seconds": 1})
@@ -30,7 +31,10 @@ def test_scheduled_retried_and_manual_runs_complete(live, redis_client, tmp_path
         payload={"times": 1},
         retry={"max_attempts": 3, "backoff_seconds": 1, "jitter": False},
     )
-    procs = [scheduler(tmp_path, "sched", **ENV), worker(tmp_path, "w1", "--concurrency", "2")]
+    procs = [
+        scheduler(tmp_path, "sched", **ENV, **broker_env),
+        worker(tmp_path, "w1", "--concurrency", "2", **broker_env),
+    ]
     try:
         with schema_context(alpha.schema_name):
             run, created = job_trigger(tenant=alpha, actor=ACTOR, job_id=flaky.id, clock=clock)

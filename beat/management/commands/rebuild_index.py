@@ -4,7 +4,7 @@ import uuid
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from beat.fenced import FencedRedis
+from beat.amqp_writes import leader_writes
 from beat.pending import PendingRuns
 from beat.rebuild import IndexRebuild
 from core import index
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         lost = not index.is_built(client)
         rebuild = IndexRebuild(
             client,
-            FencedRedis(client, lock_key="", token=None),
+            leader_writes(client, lock_key="", token=None),
             state_key=f"{rebuild_state_key()}:command:{uuid.uuid4().hex}",
             messages=PendingRuns(
                 shard_count=settings.SCHEDULER_SHARD_COUNT, origin="rebuild_index"

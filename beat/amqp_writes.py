@@ -1,0 +1,222 @@
+"""The leader's broker writes when the broker is RabbitMQ (`CELERY_BROKER_URL=amqp://`).
+
+Everything else the leader writes stays in Redis (the time indexes, the lease, the
+admission ledgers): `AmqpWrites` is a `FencedRedis` whose `push_messages` publishes to
+RabbitMQ instead of pushing onto Redis lists. Its input is the same pre-built Celery
+message (`beat/messages.py`, kombu's Redis envelope): the body, headers and properties a
+worker needs are taken out of it unchanged, so a run reads the same on either broker.
+
+Fencing: RabbitMQ cannot check the lease inside a publish the way a Redis script does, so
+before each chunk this checks, in Redis, that the lease lock still holds this leader's
+token, and refuses the chunk otherwise (`LeaseLost`). What is left is a window of one
+chunk: a leader deposed between its check and its publish (frozen for longer than the
+lease right there) can still publish that chunk. Those messages name runs its fenced
+PostgreSQL transaction then fails to mark `queued` (the new epoch refuses it), and a run
+executes an attempt only when a worker's conditional claim (status and attempt must
+match) succeeds, so such a message runs what the new leader would have run anyway, once:
+the second delivery of the same (run, attempt) claims nothing (invariant 4).
+
+Every push is published with publisher confirms and waits for them (bounded by
+`SCHEDULER_AMQP_TIMEOUT_SECONDS`), before the fire transaction commits: a message RabbitMQ
+did not confirm makes the publish raise, the transaction roll back, and the runs stay
+`scheduled` for the relay.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import time
+
+from django.conf import settings
+
+from core.broker import amqp_connection, amqp_destination, declare_amqp_queues, is_amqp
+
+from .fenced import FencedRedis
+from .lease import LeaseLost
+
+CHUNK = 500  # messages per lease check
+
+
+class _Batching:
+    """Stands for the socket in py-amqp's frame writer: while a chunk is published its
+    frames are gathered and sent in one write (one `sendall` a message cost ~1 ms)."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.buffer: list[bytes] | None = None
+
+    def write(self, data) -> None:
+        if self.buffer is None:
+            self.transport.write(data)
+        else:
+            self.buffer.append(bytes(data))  # the writer reuses its buffer: copy
+
+    def flush(self) -> None:
+        buffer, self.buffer = self.buffer, None
+        if buffer:
+            self.transport.write(b"".join(buffer))
+
+
+def _batching_frame_writer(connection, transport):
+    from amqp.method_framing import frame_writer
+
+    connection.batching = _Batching(transport)
+    return frame_writer(connection, connection.batching)
+
+
+class BrokerError(Exception):
+    """RabbitMQ refused (nacked) or did not confirm a publish in time."""
+
+
+def amqp_message(envelope: bytes):
+    """The AMQP message a pre-built Redis envelope stands for, and its destination queue
+    and priority."""
+    import amqp
+
+    data = json.loads(envelope)
+    props = data["properties"]
+    queue, priority = amqp_destination(props["delivery_info"]["routing_key"])
+    body = data["body"]
+    if props.get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    message = amqp.Message(
+        body,
+        content_type=data["content-type"],
+        content_encoding=data["content-encoding"],
+        application_headers=data["headers"],
+        correlation_id=props["correlation_id"],
+        reply_to=props.get("reply_to") or None,
+        delivery_mode=2,
+        priority=priority,
+    )
+    return queue, message
+
+
+class AmqpWrites(FencedRedis):
+    def __init__(self, client, lock_key: str, token: str | None, *, url: str | None = None) -> None:
+        super().__init__(client, lock_key, token)
+        self.url = url or settings.CELERY_BROKER_URL
+        self.timeout = settings.SCHEDULER_AMQP_TIMEOUT_SECONDS
+        self._conn = None
+        self._channel = None
+        self._pending: set[int] = set()  # delivery tags published, not yet confirmed
+        self._nacked = False
+        self._returned: list[str] = []  # queues a mandatory publish found missing
+        self._sent = 0
+
+    # --- the connection --------------------------------------------------------------------
+    def _open(self):
+        if self._channel is None:
+            conn = amqp_connection(
+                self.url, timeout=self.timeout, frame_writer=_batching_frame_writer
+            )
+            channel = conn.channel()
+            declare_amqp_queues(channel)
+            channel.confirm_select()
+            channel.events["basic_ack"].add(self._on_ack)
+            channel.events["basic_nack"].add(self._on_nack)
+            channel.events["basic_return"].add(self._on_return)
+            self._conn, self._channel = conn, channel
+            self._sent = 0
+            self._pending = set()
+            self._nacked = False
+            self._returned = []
+        return self._channel
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        if multiple:
+            self._pending = {tag for tag in self._pending if tag > delivery_tag}
+        else:
+            self._pending.discard(delivery_tag)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self._nacked = True
+
+    def _on_return(self, exc, exchange: str, routing_key: str, message) -> None:
+        self._returned.append(routing_key)
+
+    def close(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.collect()
+
+    def __del__(self) -> None:  # a deposed leader's engine is dropped, and its socket
+        self.close()
+
+    # --- fencing -----------------------------------------------------------------------------
+    def check_lease(self) -> None:
+        """Refuse to publish unless the lease lock still holds this leader's token."""
+        if not self.token:
+            return  # unfenced (benchmarks, `rebuild_index` without a leader)
+        current = self.client.get(self.lock_key)
+        if current is None or current.decode() != self.token:
+            raise LeaseLost("another process holds the lease: this leader's publish was refused")
+
+    # --- publishing -----------------------------------------------------------------------
+    def push_messages(self, messages: list[tuple[str, bytes]]) -> None:
+        """Publish pre-built messages to RabbitMQ: the lease checked in Redis before each
+        chunk, then every confirm awaited (one wait a push: a confirm of a persistent
+        message waits for RabbitMQ's disk, which a wait per chunk would pay per chunk). A
+        push that fails on a connection opened earlier (closed meanwhile by the broker, a
+        load balancer's idle timeout) is tried once more on a new one; a copy the first try
+        delivered claims nothing (invariant 4)."""
+        if not messages:
+            return
+        while True:
+            reused = self._channel is not None
+            try:
+                for start in range(0, len(messages), CHUNK):
+                    self.check_lease()
+                    self._publish(messages[start : start + CHUNK])
+                self._await_confirms(len(messages))
+                return
+            except LeaseLost:
+                raise  # the channel is fine; this leader is not
+            except Exception:
+                self.close()  # a broken or refused channel is not reused
+                if not reused:
+                    raise
+
+    def _publish(self, chunk: list[tuple[str, bytes]]) -> None:
+        channel = self._open()
+        batching = self._conn.batching
+        batching.buffer = []
+        try:
+            for _queue, envelope in chunk:
+                queue, message = amqp_message(envelope)
+                # mandatory: a queue deleted since this connection declared it returns the
+                # message (before its confirm) instead of dropping it
+                channel.basic_publish(message, exchange="", routing_key=queue, mandatory=True)
+                self._sent += 1
+                self._pending.add(self._sent)
+        finally:
+            batching.flush()
+
+    def _await_confirms(self, count: int) -> None:
+        deadline = time.monotonic() + self.timeout
+        while self._pending and not self._nacked:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                self._conn.drain_events(timeout=left)
+            except TimeoutError:
+                raise BrokerError(
+                    f"RabbitMQ left {len(self._pending)} of {count} messages unconfirmed"
+                    f" after {self.timeout:g} s"
+                ) from None
+        if self._nacked:
+            raise BrokerError("RabbitMQ refused (nacked) a published run message")
+        if self._returned:
+            # the connection is closed by the caller: the next one declares the queues again
+            raise BrokerError(f"no RabbitMQ queue {sorted(set(self._returned))} took a message")
+
+
+def leader_writes(client, lock_key: str, token: str | None) -> FencedRedis:
+    """The leader's fenced writes for the configured broker."""
+    if is_amqp():
+        return AmqpWrites(client, lock_key, token)
+    return FencedRedis(client, lock_key, token)

@@ -1,0 +1,242 @@
+"""RabbitMQ as the broker (ADR 0019), against a real RabbitMQ in the tests' own vhost: the
+leader's publish (the same pre-built messages, fenced, confirmed), the priority queues,
+and the depths the admission watermark and `/metrics` read."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from beat.admission_control import AdmissionConfig, AdmissionControl
+from beat.amqp_writes import AmqpWrites, BrokerError, leader_writes
+from beat.faults import TenantFaults
+from beat.fenced import FencedRedis
+from beat.lease import LeaseLost, bump_epoch
+from beat.messages import build_message
+from core.broker import amqp_connection, amqp_destination, queue_depths
+from core.clock import FakeClock
+from runs import states
+
+from .helpers import make_job, new_engine, runs_of, utc
+from .test_engine import START
+
+pytestmark = pytest.mark.usefixtures("amqp_broker")
+
+
+def _message(run_id: str, queue: str, schema: str = "t_alpha") -> bytes:
+    return build_message(
+        task_name="runs.execute_run",
+        task_id=run_id,
+        args=[schema, run_id, 1],
+        queue=queue,
+        origin="test",
+        time_limits=(40, 12),
+    )
+
+
+def _drain(url: str, queue: str) -> list:
+    conn = amqp_connection(url, timeout=5)
+    try:
+        channel = conn.channel()
+        out = []
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            out.append(message)
+        return out
+    finally:
+        conn.collect()
+
+
+def _lease(redis_client, token: str = "my-token") -> AmqpWrites:
+    redis_client.set("lock:test-leader", token)
+    return AmqpWrites(redis_client, "lock:test-leader", token)
+
+
+def test_the_leader_publishes_celery_protocol_2_messages_with_the_run_s_priority(
+    amqp_broker, redis_client
+):
+    writes = _lease(redis_client)
+    low = [str(uuid.uuid4()) for _ in range(3)]
+    high = [str(uuid.uuid4()) for _ in range(3)]
+    # low first, then high, to the same shard: RabbitMQ hands out the high ones first
+    writes.push_messages(
+        [("runs.low.1", _message(r, "runs.low.1")) for r in low]
+        + [("runs.high.1", _message(r, "runs.high.1")) for r in high]
+    )
+    assert queue_depths(redis_client)["runs.1"] == 6
+    got = _drain(amqp_broker, "runs.1")
+    assert [m.headers["id"] for m in got] == high + low
+    first = got[0]
+    assert first.properties["priority"] == 2 and got[-1].properties["priority"] == 0
+    assert first.properties["delivery_mode"] == 2  # persistent, in a durable queue
+    assert first.properties["content_type"] == "application/json"
+    assert first.properties["correlation_id"] == high[0]
+    assert first.headers["task"] == "runs.execute_run"
+    assert first.headers["timelimit"] == [40, 12]
+    args, kwargs, embed = json.loads(first.body)
+    assert args == ["t_alpha", high[0], 1] and kwargs == {} and embed["chain"] is None
+
+
+def test_the_envelope_and_the_published_body_are_the_same_bytes(amqp_broker, redis_client):
+    run_id = str(uuid.uuid4())
+    envelope = _message(run_id, "runs.normal.3")
+    _lease(redis_client).push_messages([("runs.normal.3", envelope)])
+    [got] = _drain(amqp_broker, "runs.3")
+    assert got.body.encode() == base64.b64decode(json.loads(envelope)["body"])
+    assert got.properties["priority"] == 1
+    assert amqp_destination("runs.normal.3") == ("runs.3", 1)
+
+
+def test_a_deposed_leader_s_publish_is_refused_before_any_message_leaves(amqp_broker, redis_client):
+    writes = _lease(redis_client)
+    redis_client.set("lock:test-leader", "the-new-leader")
+    with pytest.raises(LeaseLost):
+        writes.push_messages([("runs.high.0", _message(str(uuid.uuid4()), "runs.high.0"))])
+    redis_client.delete("lock:test-leader")  # the lease expired and nobody holds it
+    with pytest.raises(LeaseLost):
+        writes.push_messages([("runs.high.0", _message(str(uuid.uuid4()), "runs.high.0"))])
+    assert queue_depths(redis_client)["runs.0"] == 0
+
+
+def test_the_lease_is_checked_before_each_chunk(amqp_broker, redis_client, monkeypatch):
+    """Deposed in the middle of a large publish: the chunks after it are refused."""
+    import beat.amqp_writes
+
+    monkeypatch.setattr(beat.amqp_writes, "CHUNK", 2)
+    writes = _lease(redis_client)
+    real = writes._publish
+
+    def publish_then_lose(chunk):
+        real(chunk)
+        redis_client.set("lock:test-leader", "the-new-leader")
+
+    writes._publish = publish_then_lose
+    with pytest.raises(LeaseLost):
+        writes.push_messages(
+            [("runs.low.2", _message(str(uuid.uuid4()), "runs.low.2")) for _ in range(6)]
+        )
+    assert queue_depths(redis_client)["runs.2"] == 2
+
+
+def test_a_deposed_engine_neither_publishes_nor_commits(live, amqp_broker, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    old = new_engine(redis_client, clock)
+    writes = leader_writes(redis_client, old.writes.lock_key, old.writes.token)
+    assert isinstance(writes, AmqpWrites)
+    old.writes = writes
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    old.materialise()
+    redis_client.set(old.writes.lock_key, "another-leader")  # deposed in Redis...
+    bump_epoch("another-leader")  # ...and in PostgreSQL
+    clock.set(utc(2026, 6, 1, 12, 1))
+    with pytest.raises(Exception):  # noqa: B017 - the fence (FencingError) or the lease
+        old.fire()
+    assert sum(queue_depths(redis_client).values()) == 0
+    assert [r.status for r in runs_of(alpha)] == [states.SCHEDULED]
+
+
+def test_an_engine_fires_to_rabbitmq(live, amqp_broker, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"}, priority="high")
+    engine = new_engine(redis_client, clock)
+    engine.writes = leader_writes(redis_client, engine.writes.lock_key, engine.writes.token)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    engine.materialise()
+    clock.set(utc(2026, 6, 1, 12, 1))
+    assert engine.fire().published == 1
+    [run] = runs_of(alpha)
+    assert run.status == states.QUEUED
+    [got] = [m for q in ("runs.0", "runs.1", "runs.2", "runs.3") for m in _drain(amqp_broker, q)]
+    assert got.headers["id"] == str(run.id) and got.properties["priority"] == 2
+    assert redis_client.keys("runs.*") == []  # nothing went onto Redis lists
+
+
+def test_leader_writes_follow_the_broker_setting(settings, redis_client):
+    assert isinstance(leader_writes(redis_client, "lock:x", "t"), AmqpWrites)
+    settings.CELERY_BROKER_URL = settings.REDIS_URL
+    writes = leader_writes(redis_client, "lock:x", "t")
+    assert type(writes) is FencedRedis
+
+
+def test_the_admission_watermark_counts_rabbitmq_messages(amqp_broker, redis_client):
+    config = AdmissionConfig(enabled=True, backlog_per_slot=2.0, backlog_min=20)
+    control = AdmissionControl(
+        client=redis_client, config=config, shard_count=4, faults=TenantFaults()
+    )
+    assert control.queue_names == ["runs.0", "runs.1", "runs.2", "runs.3"]
+    assert control._room(0.0) == 20
+    _lease(redis_client).push_messages(
+        [(q, _message(str(uuid.uuid4()), q)) for q in ["runs.high.0"] * 5 + ["runs.low.3"] * 3]
+    )
+    control._room(0.0)  # an answer is reused for an instant, then read again
+    import core.broker
+
+    core.broker._amqp_depths._cached = None
+    assert control._room(0.0) == 12
+
+
+def test_metrics_report_rabbitmq_queue_depths(live, amqp_broker, redis_client):
+    from scheduler_site.metrics.facts import broker_facts, redis_facts
+
+    _lease(redis_client).push_messages(
+        [(q, _message(str(uuid.uuid4()), q)) for q in ["runs.normal.2"] * 4]
+    )
+    assert [m for m in redis_facts({}) if m.name == "tickwork_queue_depth"] == []
+    [depth] = broker_facts()  # a source of its own: RabbitMQ away costs only the depths
+    values = {s.labels["queue"]: s.value for s in depth.samples}
+    assert values == {"runs.0": 0, "runs.1": 0, "runs.2": 4, "runs.3": 0}
+
+
+def test_a_queued_run_rabbitmq_lost_is_published_again_by_the_reaper(
+    live, amqp_broker, redis_client
+):
+    """The reaper's republish path goes through the same writes: to RabbitMQ."""
+    from .test_execution import _age, _trigger
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    run = _trigger(alpha, clock, make_job(alpha, clock, schedule=None))
+    engine = new_engine(redis_client, clock, visibility_timeout_seconds=60)
+    engine.writes = leader_writes(redis_client, engine.writes.lock_key, engine.writes.token)
+    engine.load_run_index()
+    assert engine.fire().published == 1
+    _drain(amqp_broker, "runs.0"), _drain(amqp_broker, "runs.1")  # the broker lost it
+    _drain(amqp_broker, "runs.2"), _drain(amqp_broker, "runs.3")
+    _age(alpha, run.id, "queued_at", 61)
+    assert engine.reap(force=True) == 1
+    got = [m for q in ("runs.0", "runs.1", "runs.2", "runs.3") for m in _drain(amqp_broker, q)]
+    assert [m.headers["id"] for m in got] == [str(run.id)]
+
+
+def test_a_queue_deleted_under_the_leader_is_declared_again_not_dropped_into(
+    amqp_broker, redis_client
+):
+    """Publishes are mandatory: a message no queue takes comes back and fails the try,
+    and the try on a new connection declares the queues again."""
+    from tests.rabbitmq import reset_queues
+
+    writes = _lease(redis_client)
+    writes.push_messages([("runs.low.0", _message(str(uuid.uuid4()), "runs.low.0"))])
+    reset_queues(amqp_broker)  # an operator deleted the queues
+    with pytest.raises(BrokerError, match=r"runs\.0"):  # one try, on the old connection
+        writes._publish([("runs.low.0", _message(str(uuid.uuid4()), "runs.low.0"))])
+        writes._await_confirms(1)
+    writes._open()
+    reset_queues(amqp_broker)
+    run_id = str(uuid.uuid4())
+    writes.push_messages([("runs.low.0", _message(run_id, "runs.low.0"))])
+    assert [m.headers["id"] for m in _drain(amqp_broker, "runs.0")] == [run_id]
+
+
+def test_a_connection_lost_while_idle_costs_the_publish_nothing(amqp_broker, redis_client):
+    writes = _lease(redis_client)
+    writes.push_messages([("runs.high.1", _message(str(uuid.uuid4()), "runs.high.1"))])
+    writes._conn.transport.close()  # dropped by the broker or a load balancer meanwhile
+    run_id = str(uuid.uuid4())
+    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id

@@ -8,7 +8,7 @@ import threading
 from datetime import timedelta
 
 import redis
-from django.db import connection
+from django.db import connection, transaction
 from django_tenants.utils import schema_context
 
 from beat import materialise as materialise_step
@@ -592,3 +592,59 @@ def test_a_bump_after_the_lock_expired_is_refused(live, redis_client):
     else:
         raise AssertionError("B bumped the epoch without holding the lock")
     assert current_epoch() == before
+
+
+# --- 10. a retry's message reaching a worker before the fire's commit -------------------
+
+
+def test_a_retry_claimed_before_the_fire_commits_waits_for_it_and_runs(live, redis_client):
+    """The leader publishes inside its fire transaction; a quick worker's claim arrives while
+    the run is still `retrying` under that transaction's row lock. The claim must wait for
+    the commit and take the run: a claim that did not match `retrying` returned at once,
+    spending the retry's only message (the run then sat `queued` for a visibility timeout)."""
+    from runs.execution import claim_run
+    from runs.services import job_trigger
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, retry={"max_attempts": 3, "backoff_seconds": 0})
+    with schema_context(alpha.schema_name):
+        run, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=job.id, clock=clock)
+        Run.objects.filter(pk=run.pk).update(status=states.RETRYING, attempt=2)
+    claimed: list = []
+
+    def worker() -> None:
+        try:
+            claimed.append(
+                claim_run(
+                    schema=alpha.schema_name,
+                    run_id=str(run.id),
+                    attempt=2,
+                    worker="w",
+                    now=clock.now(),
+                )
+            )
+        finally:
+            connection.close()
+
+    table_name = f'"{alpha.schema_name}".runs_run'
+    with transaction.atomic(), connection.cursor() as cursor:  # the leader's fire
+        cursor.execute(
+            f"UPDATE {table_name} SET status = %s, queued_at = now() WHERE id = %s",
+            [states.QUEUED, run.id],
+        )
+        thread = threading.Thread(target=worker)
+        thread.start()
+        waited = False
+        for _ in range(200):  # until the claim waits on the fire's row lock (bounded)
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                waited = True
+                break
+            if not thread.is_alive():
+                break
+            threading.Event().wait(0.01)
+        assert waited, "the claim did not wait for the fire's commit"
+    thread.join(timeout=10)
+    assert claimed and claimed[0] is not None and claimed[0].attempt == 2
+    assert runs_of(alpha, id=run.id)[0].status == states.RUNNING

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django_tenants.utils import schema_context
 from psycopg import sql
 
@@ -114,6 +114,10 @@ def claim_run(
     with connection.cursor() as cursor:
         cursor.execute(query, params)
         row = cursor.fetchone()
+    if row is None and _admitted_after_a_wait(schema, run_id, attempt):
+        with connection.cursor() as cursor:
+            cursor.execute(query, params)
+            row = cursor.fetchone()
     if row is None:
         return None
     payload, target = _json(row[3]) or {}, _json(row[5]) or {}
@@ -137,6 +141,33 @@ def claim_run(
         row[18],
         row[19],
     )
+
+
+# The leader publishes inside the transaction that moves a run to `queued`, so a quick
+# worker's claim can arrive while that row is still locked. A claim of a `scheduled` run
+# matches the old row, waits on the lock and sees the commit; a retry (or a replay) is
+# `retrying` until admitted and deliberately not claimable, so its claim skips the locked
+# row at once and would spend the attempt's only message (the run then sat `queued` until
+# the reaper published it again, a visibility timeout later). When a claim takes nothing,
+# this waits for a fire holding the row (bounded) and says whether the run is now queued.
+ADMISSION_WAIT_SECONDS = 5.0
+# No status filter: the row as the fire left it (`queued`) is what the wait must return.
+_WAIT_SQL = "SELECT status = {queued} FROM {runs} WHERE id = %s AND attempt = %s FOR UPDATE"
+
+
+def _admitted_after_a_wait(schema: str, run_id: str, attempt: int) -> bool:
+    query = sql.SQL(_WAIT_SQL).format(runs=table(schema, "runs_run"), **STATUS)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, true)",
+                [f"{ADMISSION_WAIT_SECONDS * 1000:.0f}"],
+            )
+            cursor.execute(query, [run_id, attempt])
+            row = cursor.fetchone()
+    except OperationalError:  # still locked after the wait: the reaper republishes it
+        return False
+    return bool(row and row[0])
 
 
 def _json(value: Any) -> Any:

@@ -34,16 +34,11 @@ CANCELLED = "cancelled"
 ALL = (SCHEDULED, QUEUED, RUNNING, SUCCEEDED, RETRYING, DEAD, SKIPPED, CANCELLED)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    # `running` straight from `scheduled` or `retrying`: the leader publishes inside the
-    # transaction that marks the run queued, so a worker's claim can arrive before that
-    # commit. Its UPDATE must match the row as it was (waiting) to wait on the row lock and
-    # then see the committed `queued`; a claim that did not match `retrying` skipped the row
-    # at once, and the retry's only message was spent (the run then sat `queued` until the
-    # reaper republished it, a visibility timeout later). If the commit is lost, the worker
-    # still claims the attempt. A message for attempt N exists only once the leader admitted
-    # it, so the backoff is still the leader's to decide.
+    # `running` straight from `scheduled`: the leader publishes inside the transaction that
+    # marks the run queued; if that commit is lost, a worker still claims the first attempt.
+    # A retry is claimable only once admitted (its backoff is the leader's to decide).
     SCHEDULED: frozenset({QUEUED, RUNNING, SKIPPED, CANCELLED}),
-    RETRYING: frozenset({QUEUED, RUNNING, SKIPPED, CANCELLED}),
+    RETRYING: frozenset({QUEUED, SKIPPED, CANCELLED}),
     QUEUED: frozenset({RUNNING, CANCELLED}),
     RUNNING: frozenset({SUCCEEDED, RETRYING, DEAD, CANCELLED}),
     # replay: a new attempt awaits admission; discard: out of the DLQ for good

@@ -53,6 +53,7 @@ def test_allowed_transitions(a, b):
         ("cancelled", "queued"),
         ("queued", "succeeded"),
         ("dead", "queued"),
+        ("retrying", "running"),
     ],
 )
 def test_illegal_transitions_raise(a, b):
@@ -61,7 +62,7 @@ def test_illegal_transitions_raise(a, b):
 
 
 def test_conditional_update_sources_follow_the_table():
-    assert set(states.CLAIMABLE) == {"scheduled", "queued", "retrying"}
+    assert set(states.CLAIMABLE) == {"scheduled", "queued"}
     assert set(states.ADMITTABLE) == {"scheduled", "retrying"}
     assert set(states.CANCELLABLE) == {"scheduled", "queued", "running", "retrying"}
     assert states.REPLAYABLE == ("dead",)

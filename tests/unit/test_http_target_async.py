@@ -35,3 +35,9 @@ def _send_async(call, *, allow, resolver=None, transport=None, max_excerpt_bytes
 @pytest.fixture(autouse=True)
 def _asyncio_target(monkeypatch):
     monkeypatch.setattr(threaded, "send", _send_async)
+
+
+def test_the_collected_tests_call_the_asyncio_client():
+    """The tests collected above assert the contract; this asserts that they exercise the
+    asyncio client here, not the threaded one (the swap is what makes them async tests)."""
+    assert threaded.send is _send_async

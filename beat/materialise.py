@@ -1,10 +1,13 @@
 """Materialise: turn the due head of the jobs index into runs.
 
-`ZRANGEBYSCORE` reads only jobs due before now + lookahead (O(log n + due)); per tenant, one
-fenced transaction locks those jobs (skipping any an edit holds), plans their slots
-(`beat/planning.py`), inserts the runs with ON CONFLICT DO NOTHING (invariant 1) and
-advances `next_run_at`. After the commit the index scores move on by compare-and-set
-(`beat/fenced.py`), and the inserted runs wait in memory with their messages built.
+`ZRANGEBYSCORE` reads only jobs due before now + lookahead (O(log n + due)); per tenant, in
+fenced transactions of at most `materialise_chunk` jobs and about as many runs, it locks
+those jobs (skipping any an edit holds), plans their slots (`beat/planning.py`), inserts the
+runs with ON CONFLICT DO NOTHING (invariant 1) and advances `next_run_at`. The lease is
+renewed between two such transactions: one tenant with ten thousand jobs due together on a
+slow database must not keep the leader in one transaction past its lease. After each
+commit the index scores move on by compare-and-set (`beat/fenced.py`), and the inserted runs
+wait in memory with their messages built.
 
 A job whose stored fields cannot be planned is parked (`beat/faults.py`) in the same
 transaction; a tenant whose transaction fails is skipped with a back-off, its index
@@ -47,6 +50,7 @@ class TenantPass:
 
     jobs: dict[int, store.JobRow] = field(default_factory=dict)  # locked rows, as planned
     busy: set[int] = field(default_factory=set)  # locked by an edit: next iteration
+    left: list[int] = field(default_factory=list)  # not planned (chunk full): next chunk
     inserted: list[store.RunRef] = field(default_factory=list)
     parked: dict[int, tuple[str, str]] = field(default_factory=dict)  # id -> (code, detail)
 
@@ -63,46 +67,75 @@ def materialise(engine: Engine) -> int:
         by_tenant[tenant_id][int(job_id)] = score
     processed = 0
     engine.materialise_interrupted = False
-    for tenant_id, scores in by_tenant.items():
-        engine.checkpoint()
-        _materialise_tenant(engine, tenant_id, scores, now, horizon)
-        processed += len(scores)
-        if processed < len(entries) and engine.fire_is_due():
-            engine.materialise_interrupted = True  # firing on time comes first
-            break
+    chunk = max(engine.config.materialise_chunk, 1)
+    tenants = list(by_tenant.items())
+    for position, (tenant_id, scores) in enumerate(tenants):
+        waiting = list(scores)  # due first
+        while waiting:
+            engine.checkpoint()
+            part = waiting[:chunk]
+            left = _materialise_tenant(
+                engine, tenant_id, {j: scores[j] for j in part}, now, horizon, chunk
+            )
+            processed += len(part) - len(left)
+            waiting = left + waiting[chunk:]
+            more = bool(waiting) or position + 1 < len(tenants)
+            if more and engine.fire_is_due():
+                engine.materialise_interrupted = True  # firing on time comes first
+                return processed
     return processed
 
 
 def _materialise_tenant(
-    engine: Engine, tenant_id: int, scores: dict[int, float], now: datetime, horizon: datetime
-) -> None:
+    engine: Engine,
+    tenant_id: int,
+    scores: dict[int, float],
+    now: datetime,
+    horizon: datetime,
+    max_runs: int,
+) -> list[int]:
+    """One fenced transaction for these jobs of one tenant; returns the jobs it left for
+    the next one (its runs reached `max_runs`), due first."""
     schema = engine.tenants.schema(tenant_id)
     if schema is None:  # the tenant is gone
         engine.writes.cas_jobs(
             [Cas(index.member(tenant_id, j), s, None) for j, s in scores.items()]
         )
-        return
+        return []
 
     def work() -> TenantPass:
         with connection.cursor() as cursor:
             store.fence(cursor, engine.epoch, "materialise")
-            return _plan_and_write(engine, cursor, schema, list(scores), now, horizon)
+            return _plan_and_write(engine, cursor, schema, list(scores), now, horizon, max_runs)
 
     ran, result = isolated(engine.faults, tenant_id, schema, work)
     if not ran:
         engine.defer_jobs(tenant_id, scores)
-        return
+        return []
     _after_commit(engine, tenant_id, schema, scores, result)
+    return result.left
 
 
 def _plan_and_write(
-    engine: Engine, cursor, schema: str, job_ids: list[int], now: datetime, horizon: datetime
+    engine: Engine,
+    cursor,
+    schema: str,
+    job_ids: list[int],
+    now: datetime,
+    horizon: datetime,
+    max_runs: int,
 ) -> TenantPass:
     rows, busy = store.lock_jobs(cursor, schema, job_ids)
+    order = {job_id: n for n, job_id in enumerate(job_ids)}
+    rows.sort(key=lambda row: order[row.id])  # due first, as the index gave them
     result = TenantPass(jobs={row.id: row for row in rows}, busy=busy)
     runs: list[tuple] = []
     cursors: list[tuple[int, datetime | None]] = []
+    planned_ids: set[int] = set()
     for job in rows:
+        if len(runs) >= max_runs:  # misfire catch-up can make one job's plan long
+            break
+        planned_ids.add(job.id)
         if not job.schedulable or job.next_run_at > horizon:
             continue
         try:
@@ -113,6 +146,11 @@ def _plan_and_write(
             continue
         runs += planned
         cursors.append((job.id, job.next_run_at))
+    if len(planned_ids) < len(rows):
+        unplanned = {row.id for row in rows} - planned_ids
+        result.left = [j for j in job_ids if j in unplanned]
+        for job_id in unplanned:
+            del result.jobs[job_id]
     inserted = set(store.insert_scheduled_runs(cursor, schema, runs))
     store.advance_jobs(cursor, schema, cursors)
     store.park_jobs(cursor, schema, [(i, c, d) for i, (c, d) in result.parked.items()])
@@ -174,9 +212,10 @@ def _after_commit(
     """Move each processed job's index entry to what its row now says, by compare-and-set
     against the score read (an edit written meanwhile wins); remember the new runs."""
     changes = []
+    left = set(result.left)
     for job_id, score in scores.items():
-        if job_id in result.busy:
-            continue  # an edit holds it: looked at again next iteration
+        if job_id in result.busy or job_id in left:
+            continue  # an edit holds it (next iteration), or the next chunk plans it
         job = result.jobs.get(job_id)
         member = index.member(tenant_id, job_id)
         if job is not None and job.schedulable and job.next_run_at is not None:

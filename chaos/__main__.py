@@ -2,6 +2,11 @@
 
 Each scenario writes its processes' logs under a fresh directory (printed) and drops the
 tenants it made. `--json` prints one JSON object per scenario, for the CI test.
+
+A scenario returns `checks` (what must hold whatever the machine's load: nothing lost or
+doubled, nobody exits) and `goals` (wall-clock and memory bounds). A failed check fails the
+run at any size; a missed goal fails `make chaos` at full size but only prints at `--small`,
+the size CI runs on a shared machine, where a time is a figure and never a verdict.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {"scenario": name, "seconds": round(time.monotonic() - started, 1), **result}
         result["logs"] = str(workdir)
         failed |= not all(result["checks"].values())
+        if not args.small:  # timing goals fail `make chaos`, never the CI test (`--small`)
+            failed |= not all(result.get("goals", {}).values())
         if args.json:
             print(json.dumps(result, default=str), flush=True)
         else:

@@ -1,6 +1,7 @@
 """Every chaos scenario at its small size, against real processes (`make chaos` runs them
 at full size). What must hold is asserted (no lost or doubled fire, nobody exits, nothing
-written by a deposed leader); the figures are printed, never asserted."""
+written by a deposed leader); the figures and the timing goals are printed, never
+asserted."""
 
 from __future__ import annotations
 
@@ -43,3 +44,4 @@ def test_chaos_scenario_at_a_small_size(chaos_cleanup, scenario):
     figures = json.loads(lines[-1])
     print(json.dumps(figures, indent=2))
     assert figures["checks"] and all(figures["checks"].values()), figures
+    # `goals` (times, memory) are printed above, never asserted here: see chaos/__main__.py

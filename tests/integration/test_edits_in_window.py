@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 
 import pytest
+from django.test import override_settings
 from django_tenants.utils import schema_context
 
 from beat import materialise as materialise_step
@@ -25,6 +26,7 @@ from runs import states
 from runs.execution import run_execute
 
 from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
+from .receiver import Receiver
 
 START = utc(2026, 6, 1, 12, 1, 0)
 EDIT_AT = utc(2026, 6, 1, 12, 1, 45)  # the 12:02 run is prepared, 15 s before its instant
@@ -142,6 +144,49 @@ def test_target_and_payload_edits_reach_the_prepared_run(live, redis_client):
         schema=alpha.schema_name, run_id=str(prepared.id), attempt=1, worker="w", clock=clock
     )
     assert outcome == states.RETRYING  # builtin.fail ran, not the builtin.noop of before
+
+
+def test_a_retry_policy_edit_reaches_the_prepared_run(live, redis_client):
+    """Prepared with one attempt; the edit allows three: the failing first attempt retries
+    instead of going to the dead-letter queue."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    engine = new_engine(redis_client, clock)
+    job, prepared = _prepared(
+        alpha,
+        clock,
+        engine,
+        schedule={"cron": "* * * * *"},
+        target={"type": "task", "task": "builtin.fail"},
+        payload={"times": 5},
+        retry={"max_attempts": 1},
+    )
+    _edit(alpha, job, clock, {"retry": {"max_attempts": 3, "backoff_seconds": 1}})
+    _fire_the_slot(engine, clock)
+    outcome = run_execute(
+        schema=alpha.schema_name, run_id=str(prepared.id), attempt=1, worker="w", clock=clock
+    )
+    assert outcome == states.RETRYING  # with the policy it was prepared under: dead
+
+
+@override_settings(SCHEDULER_HTTP_ALLOW_NETWORKS=["127.0.0.0/8"])
+def test_a_headers_edit_reaches_the_prepared_run(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    engine = new_engine(redis_client, clock)
+    with Receiver() as receiver:
+        target = {"type": "http", "url": receiver.url("/hook"), "headers": {"X-Team": "blue"}}
+        job, prepared = _prepared(
+            alpha, clock, engine, schedule={"cron": "* * * * *"}, target=target
+        )
+        _edit(alpha, job, clock, {"target": {**target, "headers": {"X-Team": "green"}}})
+        _fire_the_slot(engine, clock)
+        outcome = run_execute(
+            schema=alpha.schema_name, run_id=str(prepared.id), attempt=1, worker="w", clock=clock
+        )
+    assert outcome == states.SUCCEEDED
+    [request] = receiver.requests
+    assert request.headers["X-Team"] == "green"
 
 
 def test_leader_index_write_after_an_edit_does_not_undo_it(live, redis_client, monkeypatch):

@@ -13,6 +13,7 @@ from django_tenants.utils import schema_context
 
 from beat.engine import EngineConfig
 from beat.loop import SchedulerProcess
+from beat.status import scheduler_status
 from core import index
 from core.clock import FakeClock
 from core.keys import index_key
@@ -120,12 +121,18 @@ def test_tenant_whose_tables_vanished_is_skipped_while_the_others_fire(live, red
         assert (stats.published, stats.deferred) == (1, 1)
         assert {message_args(m)[0] for m in queued_messages(redis_client)} == {alpha.schema_name}
         assert [f["schema"] for f in engine.faults.report()] == [beta.schema_name]
+        engine.publish_faults()  # what an operator sees: scheduler_status --json
+        status = scheduler_status(redis_client, clock.now())
+        assert [f["schema"] for f in status["failing_tenants"]] == [beta.schema_name]
+        assert status["unreadable_schemas"] == [beta.schema_name]
         clock.advance(1)
         assert engine.fire().published == 0  # beta waits for its back-off
     ticks[0] += 2  # the back-off has passed, and beta's table is back
     clock.advance(2)
     assert engine.fire().published == 1
     assert engine.faults.report() == []
+    engine.publish_faults()
+    assert scheduler_status(redis_client, clock.now())["failing_tenants"] == []
     assert [r.status for r in runs_of(beta)] == [states.QUEUED]
 
 

@@ -140,6 +140,7 @@ class Lease:
             client, leader_lock_name(), expire=self.expire_seconds, id=self.token
         )
         self.renewed_at = 0.0  # time.monotonic() of the last successful take or renewal
+        self.step = "take"  # what the leader is doing: named in a late renewal's warning
 
     @property
     def held(self) -> bool:
@@ -187,12 +188,27 @@ class Lease:
     def renew(self) -> None:
         if self.epoch is None:
             raise LeaseLost("not the leader")
+        gap = time.monotonic() - self.renewed_at
+        if gap > self.expire_seconds / 2:  # a step ran long between two checkpoints
+            log_event(
+                log,
+                "leader.renewal_late",
+                "lease renewed %.2fs after the last renewal (lease %ss), during %s",
+                gap,
+                self.expire_seconds,
+                self.step,
+                level=logging.WARNING,
+                gap_seconds=round(gap, 3),
+                step=self.step,
+            )
         try:
             self._lock.extend()
             self._publish_info()
         except (redis_lock.NotAcquired, redis.RedisError) as exc:
             self.epoch = None
-            raise LeaseLost(f"lease renewal failed: {exc}") from exc
+            raise LeaseLost(
+                f"lease renewal failed after {gap:.2f}s, during {self.step}: {exc}"
+            ) from exc
         self.renewed_at = time.monotonic()
 
     def renew_if_due(self) -> None:

@@ -110,27 +110,45 @@ class SchedulerProcess:
         """Do everything due now; return how long to sleep (seconds)."""
         engine = self.engine
         started = time.monotonic()
+        step = self._step
+        step("the iteration's start")
         self.lease.renew()
         bounded_leader_session()
         self.ensure_index()
+        step("read_ended")
         engine.read_ended()
+        step("fire")
         engine.fire()
+        step("rebuild")
         rebuilt = engine.rebuild_step()
+        step("takeover relay")
         engine.finish_takeover_relay()
+        step("materialise")
         processed = engine.materialise()
+        step("load_run_index")
         engine.load_run_index()
+        step("fire")
         engine.fire()
+        step("relay")
         engine.relay()
+        step("reconcile")
         engine.reconcile()
+        step("sync_dirty")
         engine.sync_dirty()
+        step("reap")
         engine.reap()
+        step("settle_dag_runs")
         engine.settle_dag_runs()
         if self.alerting is not None:
+            step("alerts")
             self.alerting.evaluate()
+        step("retention")
         engine.retention.step(engine)  # run history past its retention (beat/retention.py)
+        step("publish")
         engine.publish_faults()
         engine.publish_admission()
         iteration_done(self.client, started)
+        step("sleep")
         self.iterations += 1
         busy = processed >= self.config.materialise_batch or engine.materialise_interrupted
         if busy or not rebuilt or engine.sweeps_running():
@@ -144,6 +162,9 @@ class SchedulerProcess:
         if next_due is None:
             return cap
         return max(0.0, min(cap, next_due - self.clock.now().timestamp()))
+
+    def _step(self, name: str) -> None:
+        self.lease.step = name
 
     def wait(self, seconds: float) -> None:
         """Sleep until `seconds` pass or something wakes the leader."""

@@ -51,6 +51,22 @@ def test_lease_taken_and_step_down_are_events(live, redis_client, caplog):
     assert down.fields["epoch"] == taken.fields["epoch"]
 
 
+def test_a_late_renewal_names_the_step_that_held_the_loop(live, redis_client, caplog):
+    """A step that ran long between two checkpoints is named, before it costs the lease."""
+    caplog.set_level(logging.INFO)
+    lease = Lease(redis_client, holder="host-a:1", expire_seconds=2)
+    assert lease.try_acquire()
+    lease.renew()
+    assert events(caplog, "leader.renewal_late") == []  # on time: nothing said
+    lease.step = "materialise"
+    lease.renewed_at -= 1.5  # 1.5 s since the last renewal, of a 2 s lease
+    lease.renew()
+    [late] = events(caplog, "leader.renewal_late")
+    assert late.levelno == logging.WARNING
+    assert late.fields["step"] == "materialise" and late.fields["gap_seconds"] >= 1.5
+    lease.release()
+
+
 def lease_epoch(record) -> int:
     return int(record.getMessage().rsplit(" ", 1)[1])
 

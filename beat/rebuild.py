@@ -14,8 +14,11 @@ other or an edit, they only repeat work. Phases:
 1. jobs: every schedulable job, each tenant's soonest first (so that the jobs due next
    fire again first), tenants taken round-robin;
 2. runs: every run waiting for admission, into the runs index;
-3. republish (only when Redis lost its data): every `queued` run is published again, since
-   its broker message went with Redis (a duplicate delivery claims nothing);
+3. republish (only when Redis lost its data): every run queued before the rebuild began is
+   published again, since its broker message went with Redis (a duplicate delivery claims
+   nothing). Runs queued since were published into the Redis that is there now: publishing
+   them again only doubled the broker's work (a burst of 100,000 due during a rebuild left
+   40,000 duplicates in the backlog);
 4. prune (the `rebuild_index` command): members whose job is gone or unschedulable are
    removed, by compare-and-set and re-checked, so that a job resumed meanwhile stays.
 
@@ -107,7 +110,14 @@ class IndexRebuild:
     def start(self, *, lost: bool, prune: bool) -> None:
         phases = ["jobs", "runs"] + (["republish"] if lost else []) + (["prune"] if prune else [])
         self.id, self.prune = uuid.uuid4().hex, prune
-        fields = {"phases": json.dumps(phases), "started": repr(time.time())}
+        with connection.cursor() as cursor:  # queued_at is the database's clock too
+            cursor.execute("SELECT clock_timestamp()")
+            began = cursor.fetchone()[0]
+        fields = {
+            "phases": json.dumps(phases),
+            "started": repr(time.time()),
+            "queued_before": json.dumps(began.isoformat()),
+        }
         self.writes.rebuild_state(self.key, self.id, "start", fields)
         log_event(
             log,
@@ -322,8 +332,15 @@ class IndexRebuild:
         return len(rows), str(rows[-1][0]) if rows else after
 
     def _queued_page(self, tenant_id: int, schema: str, after) -> tuple[int, str | None]:
+        began = self._cursor("queued_before")  # absent in a state an older version wrote
         with connection.cursor() as cursor:
-            refs = store.queued_runs(cursor, schema, after=after, limit=PAGE)
+            refs = store.queued_runs(
+                cursor,
+                schema,
+                after=after,
+                limit=PAGE,
+                queued_before=datetime.fromisoformat(began) if began else None,
+            )
         if refs and self.messages is not None:
             entries = [self.messages.build(tenant_id, schema, ref) for ref in refs]
             self.writes.push_messages([(e.queue, e.message) for e in entries])

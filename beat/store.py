@@ -451,16 +451,28 @@ def pending_runs_by_id(cursor, schema: str, *, until: datetime, run_ids: list) -
     return [RunRef(*row) for row in cursor.fetchall()]
 
 
-def queued_runs(cursor, schema: str, *, after: Any = None, limit: int = 10_000) -> list[RunRef]:
-    """Queued runs in id order, a page at a time (`after`: the last id of the page before)."""
+def queued_runs(
+    cursor,
+    schema: str,
+    *,
+    after: Any = None,
+    limit: int = 10_000,
+    queued_before: datetime | None = None,
+) -> list[RunRef]:
+    """Queued runs in id order, a page at a time (`after`: the last id of the page before);
+    with `queued_before`, only those queued before that instant (the database's clock)."""
     where = "r.status = {queued}" + (" AND r.id > %s" if after is not None else "")
+    params: list[Any] = [after] if after is not None else []
+    if queued_before is not None:
+        where += " AND (r.queued_at IS NULL OR r.queued_at < %s)"
+        params.append(queued_before)
     query = _ref_query(where, " ORDER BY r.id LIMIT %s").format(
         cols=sql.SQL(REF_COLUMNS),
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         **STATUS,
     )
-    fast_times(cursor).execute(query, [*([after] if after is not None else []), limit])
+    fast_times(cursor).execute(query, [*params, limit])
     return [RunRef(*row) for row in cursor.fetchall()]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+from collections import Counter
 from datetime import timedelta
 
 from django.db import connection
@@ -29,8 +30,9 @@ from core.keys import index_built_key, index_key, rebuild_state_key
 from core.sql import table
 from jobs.services import job_pause, job_update
 from runs import states
+from runs.services import job_trigger
 
-from .helpers import ACTOR, make_job, new_engine, runs_of, utc
+from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 
 START = utc(2026, 6, 1, 12, 0, 0)
 
@@ -270,3 +272,30 @@ def test_redis_emptied_in_the_middle_of_an_iteration_loses_and_doubles_nothing(
         )
         assert all((b - a) == timedelta(seconds=2) for a, b in itertools.pairwise(slots))
     assert _missing_or_late(redis_client, [alpha]) == []
+
+
+def test_a_rebuild_after_redis_lost_its_data_republishes_only_runs_queued_before_it(
+    live, redis_client
+):
+    """The republish phase sends again the runs whose messages went with Redis, not those
+    the leader published into the new Redis after the rebuild began (defect: a burst due
+    during a rebuild was published twice, 40,000 duplicates in a 100,000-run backlog)."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    before, after = (make_job(alpha, clock, name=n, schedule=None) for n in ("before", "after"))
+    engine = new_engine(redis_client, clock)
+    with schema_context(alpha.schema_name):
+        lost, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=before.id, clock=clock)
+    engine.load_run_index()
+    assert engine.fire().published == 1
+    redis_client.flushdb()  # the broker's message of `lost` goes with Redis
+    engine = new_engine(redis_client, clock)
+    engine.start_rebuild(lost=True)
+    with schema_context(alpha.schema_name):
+        fresh, _ = job_trigger(tenant=alpha, actor=ACTOR, job_id=after.id, clock=clock)
+    engine.load_run_index()
+    assert engine.fire().published == 1  # into the Redis there is now
+    while not engine.rebuild_step():
+        pass
+    sent = Counter(message_args(m)[1] for m in queued_messages(redis_client))
+    assert sent == {str(lost.id): 1, str(fresh.id): 1}

@@ -81,6 +81,10 @@ def run(workdir: Path, *, small: bool) -> dict:
             "no_double_fire": ledger["doubled"] == 0,
             "every_scheduler_alive": alive == 3,
         },
+        "goals": {
+            "failover_lateness_p99_under_3s": bool(per_failover)
+            and h.summary(per_failover)["p99"] < 3.0
+        },
     }
 
 

@@ -7,6 +7,7 @@ from django.test import override_settings
 from django_tenants.utils import schema_context
 
 from core.clock import SystemClock
+from jobs.models import Job
 from runs import states
 from runs.dags import dag_settle, dag_start
 from runs.models import Run
@@ -44,10 +45,17 @@ def test_a_job_with_upstreams_has_no_schedule(alpha_api: Api):
     assert ok.status_code == 200 and ok.json()["depends_on"] == []
 
 
-def test_edges_to_deleted_or_other_tenants_jobs_are_refused(alpha_api: Api, beta_api: Api):
-    theirs = beta_api.create_job(name="theirs")
+def test_edges_to_deleted_or_other_tenants_jobs_are_refused(alpha_api: Api, beta_api: Api, live):
     gone = alpha_api.create_job(name="gone")
     assert alpha_api.delete(f"jobs/{gone['id']}").status_code == 204
+    # Each schema numbers its jobs from 1: beta's job must have an id that alpha has not
+    # used (not even for a deleted job: that refusal would be the deleted-job one) and will
+    # not give the job posted below (its own id: a cycle), so one past those.
+    theirs = beta_api.create_job(name="theirs")
+    while theirs["id"] <= gone["id"] + 2:
+        theirs = beta_api.create_job(name=f"theirs-{theirs['id']}")
+    with schema_context(live["alpha"].schema):
+        assert not Job.objects.filter(id=theirs["id"]).exists()
     for upstream in (theirs["id"], gone["id"]):
         response = alpha_api.post(
             "jobs",

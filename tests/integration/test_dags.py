@@ -496,3 +496,38 @@ def test_a_leafs_end_during_a_settle_that_skips_the_last_job_still_ends_the_dag_
     runs = _by_job(alpha, root.dag_run)
     assert all(r.status in states.TERMINAL for r in runs.values())
     assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+
+
+def test_pausing_a_job_in_the_middle_holds_only_what_is_below_it(live, redis_client):
+    """A -> B, A -> C, B -> D, C -> D, D -> E with B paused: C runs, D and E wait for B
+    (neither run nor skipped), and resuming B finishes the DAG run."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, below_d=True)
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=jobs["b"].id, clock=clock)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    assert _drive(engine, redis_client, clock, alpha) == 2  # a and c
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == {
+        "a": states.SUCCEEDED,
+        "b": states.SCHEDULED,  # held while paused
+        "c": states.SUCCEEDED,  # not below b: it runs
+    }
+    clock.advance(60)
+    engine.relay(force=True)
+    engine.relay()
+    assert engine.fire().published == 0
+    assert sorted(_by_job(alpha, root.dag_run)) == ["a", "b", "c"]  # d and e wait
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    assert engine.settle_dag_runs(force=True) == 0  # nothing for the sweep to move on
+    with schema_context(alpha.schema_name):
+        job_resume(tenant=alpha, actor=ACTOR, job_id=jobs["b"].id, clock=clock)
+    assert _drive(engine, redis_client, clock, alpha) == 3  # b, d, e
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcde", states.SUCCEEDED)
+    assert runs["d"].attempt == runs["e"].attempt == 1
+    dag_run = _dag_run(alpha, root.dag_run)
+    assert (dag_run.status, dag_run.finished_at is not None) == (states.DAG_SUCCEEDED, True)

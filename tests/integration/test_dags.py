@@ -531,3 +531,69 @@ def test_pausing_a_job_in_the_middle_holds_only_what_is_below_it(live, redis_cli
     assert runs["d"].attempt == runs["e"].attempt == 1
     dag_run = _dag_run(alpha, root.dag_run)
     assert (dag_run.status, dag_run.finished_at is not None) == (states.DAG_SUCCEEDED, True)
+
+
+def test_a_dependency_run_follows_its_jobs_retry_policy(live, redis_client):
+    """B (max_attempts 2) fails its first attempt: its dependency run retries after its
+    backoff, D waits meanwhile (neither created nor skipped), then B succeeds and D runs."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, b_target=FAIL_ONCE)  # payload {"times": 1}
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(id=jobs["b"].id).update(
+            max_attempts=2, backoff_seconds=300, retry_jitter=False
+        )
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert (runs["b"].status, runs["b"].attempt) == (states.RETRYING, 2)
+    assert runs["c"].status == states.SUCCEEDED
+    assert "d" not in runs  # B has not failed for good: D is neither run nor skipped
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    clock.advance(300)
+    _drive(engine, redis_client, clock, alpha)
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcd", states.SUCCEEDED)
+    with schema_context(alpha.schema_name):
+        outcomes = list(runs["b"].attempts.order_by("number").values_list("number", "outcome"))
+    assert outcomes == [(1, states.ATTEMPT_FAILED), (2, states.ATTEMPT_SUCCEEDED)]
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_SUCCEEDED
+
+
+def test_a_dependency_run_follows_its_jobs_forbid_policy(live, redis_client):
+    """B is `forbid` with one run in flight already (a manual run): its dependency run is
+    skipped as an overlap at admission, like any due run, and D and E below it are
+    recorded upstream_failed while C runs."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, below_d=True)
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(id=jobs["b"].id).update(
+            concurrency_policy="forbid", max_concurrent_runs=1
+        )
+    engine = new_engine(redis_client, clock)
+    manual = _trigger(alpha, clock, jobs["b"])
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    assert run_id == str(manual.id)
+    assert claim_run(schema=schema, run_id=run_id, attempt=attempt, worker="w", now=clock.now())
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert (runs["b"].status, runs["b"].skip_reason, runs["b"].trigger) == (
+        states.SKIPPED,
+        states.SKIP_OVERLAP,
+        "dependency",
+    )
+    assert runs["c"].status == states.SUCCEEDED
+    for name in ("d", "e"):
+        assert (runs[name].status, runs[name].skip_reason) == (
+            states.SKIPPED,
+            states.SKIP_UPSTREAM_FAILED,
+        )
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+    assert runs_of(alpha, id=manual.id)[0].status == states.RUNNING  # untouched

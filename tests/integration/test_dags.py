@@ -65,8 +65,10 @@ def _take_messages(client) -> list[list]:
     return messages
 
 
-def _drive(engine, client, clock, tenant, *, rounds: int = 20) -> int:
-    """Leader and worker in turn until nothing is left to do; returns executions."""
+def _drive(engine, client, clock, tenant, *, rounds: int = 20, tick_each: bool = False) -> int:
+    """Leader and worker in turn until nothing is left to do; returns executions. With
+    `tick_each`, the clock moves on a second after each execution too (so that two runs
+    of one round end at different instants)."""
     executed = 0
     for _ in range(rounds):
         engine.load_run_index()
@@ -78,6 +80,8 @@ def _drive(engine, client, clock, tenant, *, rounds: int = 20) -> int:
             with schema_context(schema):
                 run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
             executed += 1
+            if tick_each:
+                clock.advance(1)
         clock.advance(1)
     return executed
 
@@ -99,13 +103,18 @@ def test_diamond_runs_d_once_after_both_b_and_c(live, redis_client):
     jobs = _diamond(alpha, clock)
     engine = new_engine(redis_client, clock)
     root = _trigger(alpha, clock, jobs["a"])
-    assert _drive(engine, redis_client, clock, alpha) == 4
+    assert _drive(engine, redis_client, clock, alpha, tick_each=True) == 4
     [dag_run] = runs_of(alpha, id=root.id)
     runs = _by_job(alpha, dag_run.dag_run)
     assert sorted(runs) == ["a", "b", "c", "d"]
     assert {r.status for r in runs.values()} == {states.SUCCEEDED}
     assert [runs[n].trigger for n in "bcd"] == ["dependency"] * 3
-    assert runs["d"].created_at >= max(runs["b"].finished_at, runs["c"].finished_at)
+    # B and C ended at two instants (of the injected clock); D was due (created by the
+    # settle, at its clock's now) no sooner than the later one, so not after B or C alone
+    b_end, c_end = runs["b"].finished_at, runs["c"].finished_at
+    assert b_end != c_end
+    assert runs["d"].scheduled_for == runs["d"].due_at >= max(b_end, c_end)
+    assert runs["d"].started_at >= runs["d"].scheduled_for
     summary = _dag_run(alpha, dag_run.dag_run)
     assert (summary.status, summary.root_job_id, summary.root_run) == (
         states.DAG_SUCCEEDED,

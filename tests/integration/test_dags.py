@@ -20,7 +20,7 @@ from runs import dag_progress, dags, states
 from runs.execution import Claimed, claim_run, finish_run, run_execute
 from runs.models import DagRun, Run
 from runs.outcomes import Outcome
-from runs.services import job_trigger, run_replay
+from runs.services import job_backfill, job_trigger, run_replay
 
 from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 
@@ -606,3 +606,75 @@ def test_a_dependency_run_follows_its_jobs_forbid_policy(live, redis_client):
         )
     assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
     assert runs_of(alpha, id=manual.id)[0].status == states.RUNNING  # untouched
+
+
+def test_a_backfill_of_a_root_starts_one_dag_run_per_slot(live, redis_client):
+    """Three hourly slots backfilled: three root runs (trigger backfill), each the root of
+    its own DAG run, and the child runs once in each."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    root = make_job(alpha, clock, name="root", schedule={"cron": "0 * * * *"}, target=NOOP)
+    child = _job(alpha, clock, "child", [root])
+    with schema_context(alpha.schema_name):
+        backfilled = job_backfill(
+            tenant=alpha,
+            actor=ACTOR,
+            job_id=root.id,
+            start=START - timedelta(hours=3),
+            end=START - timedelta(hours=1),
+            clock=clock,
+        )
+    assert len(backfilled) == 3
+    engine = new_engine(redis_client, clock)
+    assert _drive(engine, redis_client, clock, alpha) == 6
+    with schema_context(alpha.schema_name):
+        dag_runs = list(DagRun.objects.order_by("started_at"))
+        roots = {r.id: r for r in Run.objects.filter(job=root)}
+        children = list(Run.objects.filter(job=child))
+    assert len(dag_runs) == 3
+    assert {d.root_run for d in dag_runs} == {r.id for r in backfilled} == set(roots)
+    assert {(d.trigger, d.status, d.root_job_id) for d in dag_runs} == {
+        ("backfill", states.DAG_SUCCEEDED, root.id)
+    }
+    assert all(roots[d.root_run].dag_run == d.id for d in dag_runs)
+    assert sorted(str(c.dag_run) for c in children) == sorted(str(d.id) for d in dag_runs)
+    assert {(c.trigger, c.status) for c in children} == {("dependency", states.SUCCEEDED)}
+
+
+def test_replaying_a_run_that_was_in_no_dag_run_starts_one(live, redis_client):
+    """A run of a job without downstreams dies (no DAG run); the job then gets a
+    downstream; the replay's claim makes the run the root of a new DAG run, and the
+    downstream runs in it once the replay succeeds."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a = _job(alpha, clock, "a", target=FAIL_ONCE, payload={"times": 1}, retry={"max_attempts": 1})
+    engine = new_engine(redis_client, clock)
+    run = _trigger(alpha, clock, a)
+    _drive(engine, redis_client, clock, alpha)
+    [dead] = runs_of(alpha, id=run.id)
+    assert (dead.status, dead.dag_run) == (states.DEAD, None)
+    b = _job(alpha, clock, "b", [a])
+    with schema_context(alpha.schema_name):
+        assert not DagRun.objects.exists()
+        run_replay(tenant=alpha, actor=ACTOR, run_id=run.id, clock=clock)
+    assert _drive(engine, redis_client, clock, alpha) == 2
+    [replayed] = runs_of(alpha, id=run.id)
+    assert (replayed.status, replayed.attempt, replayed.trigger) == (
+        states.SUCCEEDED,
+        2,
+        "manual",
+    )
+    assert replayed.dag_run is not None
+    dag_run = _dag_run(alpha, replayed.dag_run)
+    assert (dag_run.root_run, dag_run.root_job_id, dag_run.trigger, dag_run.status) == (
+        run.id,
+        a.id,
+        "manual",
+        states.DAG_SUCCEEDED,
+    )
+    [b_run] = runs_of(alpha, job_id=b.id)
+    assert (b_run.dag_run, b_run.trigger, b_run.status) == (
+        replayed.dag_run,
+        "dependency",
+        states.SUCCEEDED,
+    )

@@ -14,8 +14,10 @@ from django.db import connection
 from django_tenants.utils import schema_context
 
 from core.clock import FakeClock
+from jobs import services as job_services
 from jobs.models import Dependency, Job
-from jobs.services import HasDownstreams, job_delete, job_pause, job_resume
+from jobs.services import HasDownstreams, job_delete, job_pause, job_resume, job_update
+from jobs.validation import JobValidationError
 from runs import dag_progress, dags, states
 from runs.execution import Claimed, claim_run, finish_run, run_execute
 from runs.models import DagRun, Run
@@ -678,3 +680,104 @@ def test_replaying_a_run_that_was_in_no_dag_run_starts_one(live, redis_client):
         "dependency",
         states.SUCCEEDED,
     )
+
+
+def _advisory_lock_waiters() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0]
+
+
+def _edit_held_then(tenant, monkeypatch, first, second) -> dict[str, object]:
+    """`first` (a graph edit) on one connection, held inside its transaction right after
+    its cycle check passed, the graph's lock held; then `second` on another, which must
+    wait for that lock; then both go on. Returns what each returned or raised."""
+    checked, go_on = threading.Event(), threading.Event()
+    original = job_services.find_cycle
+
+    def held_find_cycle(edges):
+        cycle = original(edges)
+        if threading.current_thread().name == "first":
+            checked.set()
+            go_on.wait(10)
+        return cycle
+
+    monkeypatch.setattr(job_services, "find_cycle", held_find_cycle)
+    results: dict[str, object] = {}
+
+    def run(name: str, action) -> None:
+        try:
+            with schema_context(tenant.schema_name):
+                results[name] = action()
+        except Exception as exc:  # the outcome is asserted by the caller
+            results[name] = exc
+        finally:
+            connection.close()
+
+    threads = {
+        name: threading.Thread(target=run, args=(name, action), name=name)
+        for name, action in (("first", first), ("second", second))
+    }
+    threads["first"].start()
+    assert checked.wait(10)
+    threads["second"].start()
+    for _ in range(200):  # until the second waits on the graph's lock (or has ended)
+        if _advisory_lock_waiters() or not threads["second"].is_alive():
+            break
+        threads["second"].join(0.05)
+    waiting = threads["second"].is_alive() and _advisory_lock_waiters() == 1
+    go_on.set()
+    for thread in threads.values():
+        thread.join(10)
+    assert waiting, f"the second action did not wait for the graph's lock: {results}"
+    return results
+
+
+def _depends_on(tenant, clock, job, upstream):
+    return lambda: job_update(
+        tenant=tenant, actor=ACTOR, job_id=job.id, data={"depends_on": [upstream.id]}, clock=clock
+    )
+
+
+def _edges(tenant) -> list[tuple[int, int]]:
+    with schema_context(tenant.schema_name):
+        return list(Dependency.objects.values_list("upstream_id", "downstream_id"))
+
+
+def test_two_concurrent_edits_that_together_close_a_cycle_take_turns(live, monkeypatch):
+    """`b depends on a` and `a depends on b`, each fine alone, saved at once on two
+    connections: the second waits for the first's graph lock, then checks against the
+    committed first edge and is refused with the cycle named (before, it held its job's
+    row while waiting, which the first's new edge needs: a deadlock error instead)."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a, b = _job(alpha, clock, "a"), _job(alpha, clock, "b")
+    results = _edit_held_then(
+        alpha, monkeypatch, _depends_on(alpha, clock, b, a), _depends_on(alpha, clock, a, b)
+    )
+    assert isinstance(results["first"], Job), results
+    refused = results["second"]
+    assert isinstance(refused, JobValidationError), refused
+    assert refused.errors["depends_on"] == [
+        f"would create a cycle: b ({b.id}) -> a ({a.id}) -> b ({b.id})"
+    ]
+    assert _edges(alpha) == [(a.id, b.id)]
+
+
+def test_deleting_a_job_while_an_edit_makes_it_an_upstream_is_refused(live, monkeypatch):
+    """`b depends on a` saved while `a` is deleted: the delete waits for the edit's graph
+    lock, then sees its new downstream and is refused (409 has-downstreams)."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a, b = _job(alpha, clock, "a"), _job(alpha, clock, "b")
+    results = _edit_held_then(
+        alpha,
+        monkeypatch,
+        _depends_on(alpha, clock, b, a),
+        lambda: job_delete(tenant=alpha, actor=ACTOR, job_id=a.id, clock=clock),
+    )
+    assert isinstance(results["first"], Job), results
+    assert isinstance(results["second"], HasDownstreams), results["second"]
+    assert _edges(alpha) == [(a.id, b.id)]
+    with schema_context(alpha.schema_name):
+        assert Job.objects.get(id=a.id).deleted_at is None

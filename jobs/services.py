@@ -121,7 +121,13 @@ def dag_limits() -> GraphLimits:
 def _lock_graph() -> None:
     """Edits of the tenant's graph take turns (a transaction-scoped advisory lock, bounded
     by the session's lock_timeout): two edits adding `a -> b` and `b -> a` at once would
-    each pass the cycle check against a graph without the other's edge."""
+    each pass the cycle check against a graph without the other's edge.
+
+    An action that locks a job's row and edits the graph takes this lock first: the
+    holder's new edges take a key-share lock on their jobs' rows, so waiting for this
+    lock while holding a row (`FOR UPDATE`) that the holder's edges need is a deadlock
+    (PostgreSQL aborts one of the two after deadlock_timeout, an error instead of the
+    cycle refusal). Taking it again in the same transaction is harmless."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':dag'))")
 
@@ -232,6 +238,8 @@ def tenant_job_limit() -> int:
 def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: Clock) -> Job:
     now = clock.now()
     with transaction.atomic():
+        if isinstance(data, dict) and "depends_on" in data:
+            _lock_graph()  # before the job's row (see _lock_graph)
         job = _locked(job_id)
         clean = clean_job_input(data, existing=job, seed=job.hash_seed, now=now)
         changed = {k: v for k, v in clean.fields.items() if getattr(job, k) != v}
@@ -372,8 +380,8 @@ def job_delete(
     other upstreams)."""
     now = clock.now()
     with transaction.atomic():
+        _lock_graph()  # before the job's row (see _lock_graph)
         job = _locked(job_id)
-        _lock_graph()
         downstreams = list(
             Job.objects.filter(upstream_links__upstream=job, deleted_at__isnull=True)
             .order_by("id")

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from django.test import override_settings
 from django_tenants.utils import schema_context
 
 from core.clock import SystemClock
+from jobs.models import Job
 from runs import states
 from runs.dags import dag_settle, dag_start
 from runs.models import Run
@@ -44,10 +47,17 @@ def test_a_job_with_upstreams_has_no_schedule(alpha_api: Api):
     assert ok.status_code == 200 and ok.json()["depends_on"] == []
 
 
-def test_edges_to_deleted_or_other_tenants_jobs_are_refused(alpha_api: Api, beta_api: Api):
-    theirs = beta_api.create_job(name="theirs")
+def test_edges_to_deleted_or_other_tenants_jobs_are_refused(alpha_api: Api, beta_api: Api, live):
     gone = alpha_api.create_job(name="gone")
     assert alpha_api.delete(f"jobs/{gone['id']}").status_code == 204
+    # Each schema numbers its jobs from 1: beta's job must have an id that alpha has not
+    # used (not even for a deleted job: that refusal would be the deleted-job one) and will
+    # not give the job posted below (its own id: a cycle), so one past those.
+    theirs = beta_api.create_job(name="theirs")
+    while theirs["id"] <= gone["id"] + 2:
+        theirs = beta_api.create_job(name=f"theirs-{theirs['id']}")
+    with schema_context(live["alpha"].schema):
+        assert not Job.objects.filter(id=theirs["id"]).exists()
     for upstream in (theirs["id"], gone["id"]):
         response = alpha_api.post(
             "jobs",
@@ -172,3 +182,96 @@ def test_dag_runs_list_and_detail(alpha_api: Api, live):
     missing = alpha_api.get("dag-runs/00000000-0000-7000-8000-000000000000")
     assert missing.status_code == 404
     assert alpha_api.get("dag-runs", status="done").status_code == 400
+
+
+def _dag_run_of_a_manual_run(alpha_api: Api, alpha, job_id: int, started_at: datetime) -> str:
+    run = alpha_api.post(f"jobs/{job_id}/run").json()
+    with schema_context(alpha.schema_name):
+        dag_run_id = dag_start(
+            schema=alpha.schema_name,
+            run_id=run["id"],
+            job_id=job_id,
+            trigger="manual",
+            started_at=started_at,
+        )
+    return str(dag_run_id)
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_dag_runs_since_and_until_select_by_started_at(alpha_api: Api, live):
+    """`since` is inclusive, `until` exclusive, both on `started_at`; an instant without an
+    offset is refused."""
+    alpha = live["alpha"].tenant
+    jobs = _diamond(alpha_api)
+    t1 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    t2 = t1 + timedelta(hours=1)
+    first = _dag_run_of_a_manual_run(alpha_api, alpha, jobs["a"]["id"], t1)
+    second = _dag_run_of_a_manual_run(alpha_api, alpha, jobs["a"]["id"], t2)
+
+    def listed(**params) -> list[str]:
+        response = alpha_api.get("dag-runs", **params)
+        assert response.status_code == 200, response.content
+        return [d["id"] for d in response.json()["results"]]
+
+    assert listed() == [second, first]  # newest first
+    assert listed(since="2026-03-01T12:00:00Z") == [second, first]
+    assert listed(since="2026-03-01T12:00:01Z") == [second]
+    assert listed(since="2026-03-01T13:00:00Z") == [second]
+    assert listed(since="2026-03-01T13:00:01Z") == []
+    assert listed(until="2026-03-01T13:00:00Z") == [first]  # exclusive
+    assert listed(until="2026-03-01T12:00:00Z") == []
+    assert listed(since="2026-03-01T11:00:00Z", until="2026-03-01T12:30:00Z") == [first]
+    assert listed(since="2026-03-01T14:00:00+01:00", until="2026-03-01T14:00:01+01:00") == [
+        second
+    ]  # an offset is honoured: 13:00 UTC
+    assert listed(since="2026-03-01T12:30:00Z", job=jobs["d"]["id"]) == []  # no run of d yet
+    bad = alpha_api.get("dag-runs", since="2026-03-01T12:00:00")
+    assert bad.status_code == 400 and "since" in bad.json()["errors"]
+
+
+def test_a_dag_run_detail_shows_its_timing_and_each_runs(alpha_api: Api, live):
+    alpha = live["alpha"].tenant
+    a = alpha_api.create_job(name="a", schedule=None)
+    b = alpha_api.create_job(name="b", depends_on=[a["id"]])
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    dag_run_id = _dag_run_of_a_manual_run(alpha_api, alpha, a["id"], t0)
+    with schema_context(alpha.schema_name):
+        Run.objects.filter(dag_run=dag_run_id, job_id=a["id"]).update(
+            status=states.SUCCEEDED,
+            started_at=t0 + timedelta(seconds=1),
+            finished_at=t0 + timedelta(seconds=2),
+        )
+        dag_settle(schema=alpha.schema_name, dag_run_id=dag_run_id, now=t0 + timedelta(seconds=2))
+    running = alpha_api.get(f"dag-runs/{dag_run_id}").json()
+    with schema_context(alpha.schema_name):
+        Run.objects.filter(dag_run=dag_run_id, job_id=b["id"]).update(
+            status=states.SUCCEEDED,
+            started_at=t0 + timedelta(seconds=3),
+            finished_at=t0 + timedelta(seconds=5),
+        )
+        dag_settle(schema=alpha.schema_name, dag_run_id=dag_run_id, now=t0 + timedelta(seconds=5))
+    assert (running["status"], _instant(running["started_at"]), running["finished_at"]) == (
+        states.DAG_RUNNING,
+        t0,
+        None,
+    )
+    detail = alpha_api.get(f"dag-runs/{dag_run_id}").json()
+    assert detail["status"] == states.DAG_SUCCEEDED
+    assert _instant(detail["started_at"]) == t0
+    assert _instant(detail["finished_at"]) == t0 + timedelta(seconds=5)
+    timing = {
+        n["name"]: tuple(
+            _instant(n["run"][key]) for key in ("scheduled_for", "started_at", "finished_at")
+        )
+        for n in detail["nodes"]
+    }
+    assert timing["a"][1:] == (t0 + timedelta(seconds=1), t0 + timedelta(seconds=2))
+    seconds = tuple(t0 + timedelta(seconds=s) for s in (2, 3, 5))
+    assert timing["b"] == seconds  # due when a's end was settled
+    [listed] = alpha_api.get("dag-runs").json()["results"]
+    assert {k: listed[k] for k in ("started_at", "finished_at")} == {
+        k: detail[k] for k in ("started_at", "finished_at")
+    }

@@ -11,13 +11,14 @@ from django.utils import timezone
 from django_tenants.utils import schema_context
 
 from jobs.models import AuditEvent, Dependency, Job
-from runs.models import Attempt, Run
+from runs.models import Attempt, DagRun, Run
 
 from .conftest import TASK, Api, rows
 
-# (method, path template, body); {job} and {run} are alpha's objects.
+# (method, path template, body); {job}, {run}, {dead} and {dag} are alpha's objects.
 OBJECT_CALLS = [
     ("GET", "jobs/{job}", None),
+    ("GET", "jobs/{job}/graph", None),
     ("PATCH", "jobs/{job}", {"name": "stolen"}),
     ("DELETE", "jobs/{job}", None),
     ("POST", "jobs/{job}/pause", {"reason": "x"}),
@@ -27,11 +28,14 @@ OBJECT_CALLS = [
     ("GET", "runs/{run}", None),
     ("POST", "runs/{run}/cancel", None),
     ("POST", "runs/{run}/replay", None),
+    ("GET", "dag-runs/{dag}", None),
 ]
 LIST_CALLS = [
     ("GET", "jobs", None),
     ("GET", "runs?job={job}", None),
     ("GET", "dlq", None),
+    ("GET", "dag-runs?job={job}", None),
+    ("GET", "dag-runs", None),
     ("POST", "jobs", {"name": "dep", "target": TASK, "depends_on": ["{job}"]}),
     ("POST", "dlq/replay", {"run_ids": ["{run}", "{dead}"]}),
     ("GET", "schedule/preview?cron=*/5+*+*+*+*", None),
@@ -56,7 +60,29 @@ def alpha_objects(live, alpha_api: Api) -> dict[str, str]:
             scheduled_for=now - timedelta(minutes=1),
         )
         Attempt.objects.create(run=dead, number=1, outcome="failed", started_at=now)
-    return {"job": str(job["id"]), "run": str(run.id), "dead": str(dead.id)}
+        root = Run.objects.create(
+            job_id=upstream["id"],
+            trigger="manual",
+            status="succeeded",
+            due_at=now,
+            scheduled_for=now - timedelta(minutes=2),
+        )
+        dag = DagRun.objects.create(
+            root_job_id=upstream["id"],
+            root_run=root.id,
+            trigger="manual",
+            nodes=[upstream["id"], job["id"]],
+            edges=[[upstream["id"], job["id"]]],
+            started_at=now,
+        )
+        Run.objects.filter(id__in=[root.id, run.id]).update(dag_run=dag.id)
+    # What beta must not see is there for alpha's own token
+    assert alpha_api.get(f"dag-runs/{dag.id}").status_code == 200
+    assert [d["id"] for d in alpha_api.get("dag-runs", job=job["id"]).json()["results"]] == [
+        str(dag.id)
+    ]
+    assert len(alpha_api.get(f"jobs/{job['id']}/graph").json()["nodes"]) == 2
+    return {"job": str(job["id"]), "run": str(run.id), "dead": str(dead.id), "dag": str(dag.id)}
 
 
 def _fill(value, objects: dict[str, str]):
@@ -72,7 +98,8 @@ def _fill(value, objects: dict[str, str]):
 
 def _snapshot(tenant) -> dict:
     return {
-        model.__name__: rows(tenant, model) for model in (Job, Dependency, Run, Attempt, AuditEvent)
+        model.__name__: rows(tenant, model)
+        for model in (Job, Dependency, Run, Attempt, AuditEvent, DagRun)
     }
 
 
@@ -83,7 +110,7 @@ def _call(api: Api, call: tuple, objects: dict[str, str]):
 
 def _leaked(response, objects: dict[str, str]) -> bool:
     text = response.content.decode()
-    return objects["run"] in text or objects["dead"] in text or '"secret"' in text
+    return any(objects[key] in text for key in ("run", "dead", "dag")) or '"secret"' in text
 
 
 @pytest.mark.parametrize("call", OBJECT_CALLS, ids=lambda c: f"{c[0]} {c[1]}")

@@ -14,13 +14,15 @@ from django.db import connection
 from django_tenants.utils import schema_context
 
 from core.clock import FakeClock
+from jobs import services as job_services
 from jobs.models import Dependency, Job
-from jobs.services import HasDownstreams, job_delete, job_pause, job_resume
+from jobs.services import HasDownstreams, job_delete, job_pause, job_resume, job_update
+from jobs.validation import JobValidationError
 from runs import dag_progress, dags, states
 from runs.execution import Claimed, claim_run, finish_run, run_execute
 from runs.models import DagRun, Run
 from runs.outcomes import Outcome
-from runs.services import job_trigger, run_replay
+from runs.services import job_backfill, job_trigger, run_replay
 
 from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 
@@ -65,8 +67,10 @@ def _take_messages(client) -> list[list]:
     return messages
 
 
-def _drive(engine, client, clock, tenant, *, rounds: int = 20) -> int:
-    """Leader and worker in turn until nothing is left to do; returns executions."""
+def _drive(engine, client, clock, tenant, *, rounds: int = 20, tick_each: bool = False) -> int:
+    """Leader and worker in turn until nothing is left to do; returns executions. With
+    `tick_each`, the clock moves on a second after each execution too (so that two runs
+    of one round end at different instants)."""
     executed = 0
     for _ in range(rounds):
         engine.load_run_index()
@@ -78,6 +82,8 @@ def _drive(engine, client, clock, tenant, *, rounds: int = 20) -> int:
             with schema_context(schema):
                 run_execute(schema=schema, run_id=run_id, attempt=attempt, worker="w", clock=clock)
             executed += 1
+            if tick_each:
+                clock.advance(1)
         clock.advance(1)
     return executed
 
@@ -99,13 +105,18 @@ def test_diamond_runs_d_once_after_both_b_and_c(live, redis_client):
     jobs = _diamond(alpha, clock)
     engine = new_engine(redis_client, clock)
     root = _trigger(alpha, clock, jobs["a"])
-    assert _drive(engine, redis_client, clock, alpha) == 4
+    assert _drive(engine, redis_client, clock, alpha, tick_each=True) == 4
     [dag_run] = runs_of(alpha, id=root.id)
     runs = _by_job(alpha, dag_run.dag_run)
     assert sorted(runs) == ["a", "b", "c", "d"]
     assert {r.status for r in runs.values()} == {states.SUCCEEDED}
     assert [runs[n].trigger for n in "bcd"] == ["dependency"] * 3
-    assert runs["d"].created_at >= max(runs["b"].finished_at, runs["c"].finished_at)
+    # B and C ended at two instants (of the injected clock); D was due (created by the
+    # settle, at its clock's now) no sooner than the later one, so not after B or C alone
+    b_end, c_end = runs["b"].finished_at, runs["c"].finished_at
+    assert b_end != c_end
+    assert runs["d"].scheduled_for == runs["d"].due_at >= max(b_end, c_end)
+    assert runs["d"].started_at >= runs["d"].scheduled_for
     summary = _dag_run(alpha, dag_run.dag_run)
     assert (summary.status, summary.root_job_id, summary.root_run) == (
         states.DAG_SUCCEEDED,
@@ -496,3 +507,277 @@ def test_a_leafs_end_during_a_settle_that_skips_the_last_job_still_ends_the_dag_
     runs = _by_job(alpha, root.dag_run)
     assert all(r.status in states.TERMINAL for r in runs.values())
     assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+
+
+def test_pausing_a_job_in_the_middle_holds_only_what_is_below_it(live, redis_client):
+    """A -> B, A -> C, B -> D, C -> D, D -> E with B paused: C runs, D and E wait for B
+    (neither run nor skipped), and resuming B finishes the DAG run."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, below_d=True)
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=jobs["b"].id, clock=clock)
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    assert _drive(engine, redis_client, clock, alpha) == 2  # a and c
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == {
+        "a": states.SUCCEEDED,
+        "b": states.SCHEDULED,  # held while paused
+        "c": states.SUCCEEDED,  # not below b: it runs
+    }
+    clock.advance(60)
+    engine.relay(force=True)
+    engine.relay()
+    assert engine.fire().published == 0
+    assert sorted(_by_job(alpha, root.dag_run)) == ["a", "b", "c"]  # d and e wait
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    assert engine.settle_dag_runs(force=True) == 0  # nothing for the sweep to move on
+    with schema_context(alpha.schema_name):
+        job_resume(tenant=alpha, actor=ACTOR, job_id=jobs["b"].id, clock=clock)
+    assert _drive(engine, redis_client, clock, alpha) == 3  # b, d, e
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcde", states.SUCCEEDED)
+    assert runs["d"].attempt == runs["e"].attempt == 1
+    dag_run = _dag_run(alpha, root.dag_run)
+    assert (dag_run.status, dag_run.finished_at is not None) == (states.DAG_SUCCEEDED, True)
+
+
+def test_a_dependency_run_follows_its_jobs_retry_policy(live, redis_client):
+    """B (max_attempts 2) fails its first attempt: its dependency run retries after its
+    backoff, D waits meanwhile (neither created nor skipped), then B succeeds and D runs."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, b_target=FAIL_ONCE)  # payload {"times": 1}
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(id=jobs["b"].id).update(
+            max_attempts=2, backoff_seconds=300, retry_jitter=False
+        )
+    engine = new_engine(redis_client, clock)
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert (runs["b"].status, runs["b"].attempt) == (states.RETRYING, 2)
+    assert runs["c"].status == states.SUCCEEDED
+    assert "d" not in runs  # B has not failed for good: D is neither run nor skipped
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_RUNNING
+    clock.advance(300)
+    _drive(engine, redis_client, clock, alpha)
+    runs = _by_job(alpha, root.dag_run)
+    assert {n: r.status for n, r in runs.items()} == dict.fromkeys("abcd", states.SUCCEEDED)
+    with schema_context(alpha.schema_name):
+        outcomes = list(runs["b"].attempts.order_by("number").values_list("number", "outcome"))
+    assert outcomes == [(1, states.ATTEMPT_FAILED), (2, states.ATTEMPT_SUCCEEDED)]
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_SUCCEEDED
+
+
+def test_a_dependency_run_follows_its_jobs_forbid_policy(live, redis_client):
+    """B is `forbid` with one run in flight already (a manual run): its dependency run is
+    skipped as an overlap at admission, like any due run, and D and E below it are
+    recorded upstream_failed while C runs."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    jobs = _diamond(alpha, clock, below_d=True)
+    with schema_context(alpha.schema_name):
+        Job.objects.filter(id=jobs["b"].id).update(
+            concurrency_policy="forbid", max_concurrent_runs=1
+        )
+    engine = new_engine(redis_client, clock)
+    manual = _trigger(alpha, clock, jobs["b"])
+    engine.load_run_index()
+    engine.fire()
+    [(schema, run_id, attempt)] = _take_messages(redis_client)
+    assert run_id == str(manual.id)
+    assert claim_run(schema=schema, run_id=run_id, attempt=attempt, worker="w", now=clock.now())
+    _trigger(alpha, clock, jobs["a"])
+    _drive(engine, redis_client, clock, alpha)
+    [root] = runs_of(alpha, job_id=jobs["a"].id)
+    runs = _by_job(alpha, root.dag_run)
+    assert (runs["b"].status, runs["b"].skip_reason, runs["b"].trigger) == (
+        states.SKIPPED,
+        states.SKIP_OVERLAP,
+        "dependency",
+    )
+    assert runs["c"].status == states.SUCCEEDED
+    for name in ("d", "e"):
+        assert (runs[name].status, runs[name].skip_reason) == (
+            states.SKIPPED,
+            states.SKIP_UPSTREAM_FAILED,
+        )
+    assert _dag_run(alpha, root.dag_run).status == states.DAG_FAILED
+    assert runs_of(alpha, id=manual.id)[0].status == states.RUNNING  # untouched
+
+
+def test_a_backfill_of_a_root_starts_one_dag_run_per_slot(live, redis_client):
+    """Three hourly slots backfilled: three root runs (trigger backfill), each the root of
+    its own DAG run, and the child runs once in each."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    root = make_job(alpha, clock, name="root", schedule={"cron": "0 * * * *"}, target=NOOP)
+    child = _job(alpha, clock, "child", [root])
+    with schema_context(alpha.schema_name):
+        backfilled = job_backfill(
+            tenant=alpha,
+            actor=ACTOR,
+            job_id=root.id,
+            start=START - timedelta(hours=3),
+            end=START - timedelta(hours=1),
+            clock=clock,
+        )
+    assert len(backfilled) == 3
+    engine = new_engine(redis_client, clock)
+    assert _drive(engine, redis_client, clock, alpha) == 6
+    with schema_context(alpha.schema_name):
+        dag_runs = list(DagRun.objects.order_by("started_at"))
+        roots = {r.id: r for r in Run.objects.filter(job=root)}
+        children = list(Run.objects.filter(job=child))
+    assert len(dag_runs) == 3
+    assert {d.root_run for d in dag_runs} == {r.id for r in backfilled} == set(roots)
+    assert {(d.trigger, d.status, d.root_job_id) for d in dag_runs} == {
+        ("backfill", states.DAG_SUCCEEDED, root.id)
+    }
+    assert all(roots[d.root_run].dag_run == d.id for d in dag_runs)
+    assert sorted(str(c.dag_run) for c in children) == sorted(str(d.id) for d in dag_runs)
+    assert {(c.trigger, c.status) for c in children} == {("dependency", states.SUCCEEDED)}
+
+
+def test_replaying_a_run_that_was_in_no_dag_run_starts_one(live, redis_client):
+    """A run of a job without downstreams dies (no DAG run); the job then gets a
+    downstream; the replay's claim makes the run the root of a new DAG run, and the
+    downstream runs in it once the replay succeeds."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a = _job(alpha, clock, "a", target=FAIL_ONCE, payload={"times": 1}, retry={"max_attempts": 1})
+    engine = new_engine(redis_client, clock)
+    run = _trigger(alpha, clock, a)
+    _drive(engine, redis_client, clock, alpha)
+    [dead] = runs_of(alpha, id=run.id)
+    assert (dead.status, dead.dag_run) == (states.DEAD, None)
+    b = _job(alpha, clock, "b", [a])
+    with schema_context(alpha.schema_name):
+        assert not DagRun.objects.exists()
+        run_replay(tenant=alpha, actor=ACTOR, run_id=run.id, clock=clock)
+    assert _drive(engine, redis_client, clock, alpha) == 2
+    [replayed] = runs_of(alpha, id=run.id)
+    assert (replayed.status, replayed.attempt, replayed.trigger) == (
+        states.SUCCEEDED,
+        2,
+        "manual",
+    )
+    assert replayed.dag_run is not None
+    dag_run = _dag_run(alpha, replayed.dag_run)
+    assert (dag_run.root_run, dag_run.root_job_id, dag_run.trigger, dag_run.status) == (
+        run.id,
+        a.id,
+        "manual",
+        states.DAG_SUCCEEDED,
+    )
+    [b_run] = runs_of(alpha, job_id=b.id)
+    assert (b_run.dag_run, b_run.trigger, b_run.status) == (
+        replayed.dag_run,
+        "dependency",
+        states.SUCCEEDED,
+    )
+
+
+def _advisory_lock_waiters() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        return cursor.fetchone()[0]
+
+
+def _edit_held_then(tenant, monkeypatch, first, second) -> dict[str, object]:
+    """`first` (a graph edit) on one connection, held inside its transaction right after
+    its cycle check passed, the graph's lock held; then `second` on another, which must
+    wait for that lock; then both go on. Returns what each returned or raised."""
+    checked, go_on = threading.Event(), threading.Event()
+    original = job_services.find_cycle
+
+    def held_find_cycle(edges):
+        cycle = original(edges)
+        if threading.current_thread().name == "first":
+            checked.set()
+            go_on.wait(10)
+        return cycle
+
+    monkeypatch.setattr(job_services, "find_cycle", held_find_cycle)
+    results: dict[str, object] = {}
+
+    def run(name: str, action) -> None:
+        try:
+            with schema_context(tenant.schema_name):
+                results[name] = action()
+        except Exception as exc:  # the outcome is asserted by the caller
+            results[name] = exc
+        finally:
+            connection.close()
+
+    threads = {
+        name: threading.Thread(target=run, args=(name, action), name=name)
+        for name, action in (("first", first), ("second", second))
+    }
+    threads["first"].start()
+    assert checked.wait(10)
+    threads["second"].start()
+    for _ in range(200):  # until the second waits on the graph's lock (or has ended)
+        if _advisory_lock_waiters() or not threads["second"].is_alive():
+            break
+        threads["second"].join(0.05)
+    waiting = threads["second"].is_alive() and _advisory_lock_waiters() == 1
+    go_on.set()
+    for thread in threads.values():
+        thread.join(10)
+    assert waiting, f"the second action did not wait for the graph's lock: {results}"
+    return results
+
+
+def _depends_on(tenant, clock, job, upstream):
+    return lambda: job_update(
+        tenant=tenant, actor=ACTOR, job_id=job.id, data={"depends_on": [upstream.id]}, clock=clock
+    )
+
+
+def _edges(tenant) -> list[tuple[int, int]]:
+    with schema_context(tenant.schema_name):
+        return list(Dependency.objects.values_list("upstream_id", "downstream_id"))
+
+
+def test_two_concurrent_edits_that_together_close_a_cycle_take_turns(live, monkeypatch):
+    """`b depends on a` and `a depends on b`, each fine alone, saved at once on two
+    connections: the second waits for the first's graph lock, then checks against the
+    committed first edge and is refused with the cycle named (before, it held its job's
+    row while waiting, which the first's new edge needs: a deadlock error instead)."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a, b = _job(alpha, clock, "a"), _job(alpha, clock, "b")
+    results = _edit_held_then(
+        alpha, monkeypatch, _depends_on(alpha, clock, b, a), _depends_on(alpha, clock, a, b)
+    )
+    assert isinstance(results["first"], Job), results
+    refused = results["second"]
+    assert isinstance(refused, JobValidationError), refused
+    assert refused.errors["depends_on"] == [
+        f"would create a cycle: b ({b.id}) -> a ({a.id}) -> b ({b.id})"
+    ]
+    assert _edges(alpha) == [(a.id, b.id)]
+
+
+def test_deleting_a_job_while_an_edit_makes_it_an_upstream_is_refused(live, monkeypatch):
+    """`b depends on a` saved while `a` is deleted: the delete waits for the edit's graph
+    lock, then sees its new downstream and is refused (409 has-downstreams)."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    a, b = _job(alpha, clock, "a"), _job(alpha, clock, "b")
+    results = _edit_held_then(
+        alpha,
+        monkeypatch,
+        _depends_on(alpha, clock, b, a),
+        lambda: job_delete(tenant=alpha, actor=ACTOR, job_id=a.id, clock=clock),
+    )
+    assert isinstance(results["first"], Job), results
+    assert isinstance(results["second"], HasDownstreams), results["second"]
+    assert _edges(alpha) == [(a.id, b.id)]
+    with schema_context(alpha.schema_name):
+        assert Job.objects.get(id=a.id).deleted_at is None

@@ -26,7 +26,7 @@ from .schedules import (
     describe,
     interval_schedule,
     jitter_seconds_for,
-    next_fire,
+    next_fire_or_none,
     next_slot_or_none,
     parse_cron,
 )
@@ -84,10 +84,15 @@ def preview_schedule(
 
 
 def fire_times(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+    """The next `count` firing instants after `start`, fewer when the schedule ends first (a
+    one-off, an `end`): what remains, never ScheduleEnded."""
     times, after = [], start
     for _ in range(count):
-        after = next_fire(schedule, after)
-        times.append(after)
+        found = next_fire_or_none(schedule, after)
+        if found is None:
+            break
+        times.append(found)
+        after = found
     return times
 
 

@@ -665,3 +665,39 @@ def test_a_completed_job_says_so(portal):
     detail = client.get(f"/jobs/{portal['active'].id}/").content.decode()
     assert "its schedule has no slot left" in detail
     assert "1 completed" in client.get("/").content.decode()
+
+
+def _next_runs_section(page: str) -> str:
+    return page.split('id="h-next"', 1)[1].split("</section>", 1)[0]
+
+
+def test_a_schedule_that_ends_lists_what_remains(portal):
+    """A one-off, and a bounded job with fewer than 10 slots left: the detail page lists
+    the slots that remain (it used to answer 500, the schedule ending mid-list)."""
+    alpha = portal["alpha"]
+    once = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="once",
+        schedule={"at": "2030-12-24T18:00", "timezone": "Europe/Berlin"},
+    )
+    bounded = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="three-days",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-01-01T00:00:00Z",
+            "end": "2030-01-04T00:00:00Z",
+        },
+    )
+    client = login(alpha)
+    response = client.get(f"/jobs/{once.id}/")
+    assert response.status_code == 200
+    listed = _next_runs_section(response.content.decode())
+    assert listed.count("<li>") == 1 and "Tue 2030-12-24 18:00" in listed
+    response = client.get(f"/jobs/{bounded.id}/")
+    assert response.status_code == 200
+    listed = _next_runs_section(response.content.decode())
+    assert listed.count("<li>") == 3
+    assert [f"2030-01-0{d} 09:00" in listed for d in (1, 2, 3, 4)] == [True, True, True, False]

@@ -17,7 +17,7 @@ from jobs import services as job_services
 from jobs.models import AuditEvent, Job
 from jobs.preview import PREVIEW_SEED, Preview, fire_times, schedule_preview
 from jobs.preview import preview as full_preview
-from jobs.schedule_fields import schedule_of
+from jobs.schedule_fields import job_calendars, schedule_of
 from jobs.schedules import ScheduleError
 from jobs.validation import JobValidationError
 from runs import states
@@ -248,8 +248,10 @@ def _show(value) -> str:
 
 
 def next_runs(job: Job, count: int = 10) -> list:
-    """The job's next fire times from its cursor; none while paused, parked or deleted."""
-    schedule = schedule_of(job)
+    """The job's next fire times from its cursor; none while paused, parked or deleted.
+    Slots its exclusion calendars skip are left out (they will not run: the ledger records
+    them as skipped, `excluded`), as are `dst_gap: skip` slots."""
+    schedule = schedule_of(job, job_calendars(job))
     if schedule is None or not job.schedulable:
         return []
     try:

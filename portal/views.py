@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from jobs import services as job_services
 from jobs.models import Job
-from jobs.schedule_fields import schedule_of
+from jobs.schedule_fields import job_calendars, schedule_of
 from jobs.schedules import describe
 from jobs.selectors import job_list
 from jobs.validation import PRIORITIES, JobValidationError
@@ -45,7 +45,9 @@ JOB_STATES = ("active", "paused", "parked", "completed")
 
 
 def schedule_words(job: Job) -> str:
-    schedule = schedule_of(job)
+    """The schedule in words, naming its exclusion calendars (prefetched by job_list and
+    job_get, so no query per job)."""
+    schedule = schedule_of(job, job_calendars(job))
     return describe(schedule) if schedule is not None else "on demand / after upstream jobs"
 
 

@@ -701,3 +701,29 @@ def test_a_schedule_that_ends_lists_what_remains(portal):
     listed = _next_runs_section(response.content.decode())
     assert listed.count("<li>") == 3
     assert [f"2030-01-0{d} 09:00" in listed for d in (1, 2, 3, 4)] == [True, True, True, False]
+
+
+def test_next_runs_and_words_honour_the_jobs_calendars(portal, calendars):
+    """An excluded date is not shown as a next run, the page says why, and the words (on the
+    page and in the jobs list) name the calendar."""
+    alpha = portal["alpha"]
+    job = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="christmas-off",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-12-24T00:00:00Z",
+            "calendars": ["portal-holidays"],
+        },
+    )
+    client = login(alpha)
+    page = client.get(f"/jobs/{job.id}/").content.decode()
+    listed = _next_runs_section(page)
+    assert listed.count("<li>") == 10
+    assert "2030-12-24 09:00" in listed and "2030-12-26 09:00" in listed
+    assert "2030-12-25" not in listed and "2031-01-03 09:00" in listed
+    assert "“portal-holidays” are left out" in listed
+    words = "except on the dates of &#x27;portal-holidays&#x27;"
+    assert words in page
+    assert words in client.get("/jobs/?q=christmas").content.decode()

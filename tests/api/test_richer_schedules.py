@@ -178,3 +178,24 @@ def test_full_preview_marks_excluded_and_dst_days(alpha_api: Api):
         ("2026-03-30T02:30:00+02:00", "excluded", False),
         ("2026-03-31T02:30:00+02:00", None, False),
     ]
+
+
+def test_next_run_at_is_the_cursor_and_can_be_an_excluded_slot(alpha_api: Api):
+    """As documented: `next_run_at` is the scheduler's next slot, which may be one recorded
+    as skipped (here an excluded date), not necessarily the next run that fires; the
+    preview shows which slots fire."""
+    day = (datetime.now(UTC) + timedelta(days=2)).date()
+    created = alpha_api.post("calendars", {"name": "cursor-off", "dates": [day.isoformat()]})
+    assert created.status_code == 201, created.content
+    schedule = {
+        "cron": "0 9 * * *",
+        "start": f"{day.isoformat()}T00:00:00Z",
+        "calendars": ["cursor-off"],
+    }
+    job = alpha_api.create_job(schedule=schedule)
+    assert job["next_run_at"] == f"{day.isoformat()}T09:00:00Z"
+    preview = alpha_api.post("schedule/preview", {"schedule": schedule, "count": 2}).json()
+    assert [s["skip_reason"] for s in preview["slots"]] == ["excluded", None]
+    schema = alpha_api.get("/api/v1/openapi.json").content.decode()
+    assert "recorded as skipped (`excluded`, `dst`)" in schema
+    assert "The next scheduled fire time" not in schema

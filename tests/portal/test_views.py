@@ -727,3 +727,26 @@ def test_next_runs_and_words_honour_the_jobs_calendars(portal, calendars):
     words = "except on the dates of &#x27;portal-holidays&#x27;"
     assert words in page
     assert words in client.get("/jobs/?q=christmas").content.decode()
+
+
+def test_next_run_is_the_next_slot_that_fires_not_the_cursor(portal, calendars):
+    """The job's cursor (`next_run_at`) is on an excluded date: the jobs list and the job
+    page show the next run that fires, the day after."""
+    alpha = portal["alpha"]
+    job = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="starts-on-christmas",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-12-25T00:00:00Z",
+            "calendars": ["portal-holidays"],
+        },
+    )
+    assert job.next_run_at.isoformat() == "2030-12-25T09:00:00+00:00"
+    client = login(alpha)
+    shown = '<time datetime="2030-12-26T09:00:00+00:00">2030-12-26 09:00:00</time>'
+    listed = client.get("/jobs/?q=starts-on").content.decode()
+    assert shown in listed and "2030-12-25 09:00:00" not in listed
+    detail = client.get(f"/jobs/{job.id}/").content.decode()
+    assert shown in detail and "2030-12-25 09:00:00" not in detail

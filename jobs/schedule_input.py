@@ -15,7 +15,8 @@ Shapes (any of them may add `start`, `end` and `calendars`):
   instant with an offset is taken as is);
 - `start` (inclusive) and `end` (exclusive): instants with an offset, no slot outside;
 - `calendars`: names of the tenant's exclusion calendars; a slot whose local date (in the
-  job's zone) is on one is recorded as skipped, `excluded`.
+  job's zone: with `specs`, the first spec's, for the slots of every spec) is on one is
+  recorded as skipped, `excluded`.
 """
 
 from __future__ import annotations

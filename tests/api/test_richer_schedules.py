@@ -199,3 +199,36 @@ def test_next_run_at_is_the_cursor_and_can_be_an_excluded_slot(alpha_api: Api):
     schema = alpha_api.get("/api/v1/openapi.json").content.decode()
     assert "recorded as skipped (`excluded`, `dst`)" in schema
     assert "The next scheduled fire time" not in schema
+
+
+def test_specs_calendars_use_the_first_specs_zone(alpha_api: Api):
+    """As documented: with `specs`, a slot is excluded by its local date in the first spec's
+    zone (Auckland, UTC+13 in January), whichever spec it comes from; the top-level
+    `timezone` (UTC) only fills in the second spec's zone."""
+    created = alpha_api.post("calendars", {"name": "nz-day", "dates": ["2030-01-10"]})
+    assert created.status_code == 201, created.content
+    schedule = {
+        "specs": [{"cron": "0 9 * * *", "timezone": "Pacific/Auckland"}, {"cron": "0 12 * * *"}],
+        "timezone": "UTC",
+        "calendars": ["nz-day"],
+    }
+    response = alpha_api.post(
+        "schedule/preview", {"schedule": schedule, "after": "2030-01-08T00:00:00Z", "count": 6}
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["timezone"] == "Pacific/Auckland"
+    assert [(s["at"], s["skip_reason"]) for s in body["slots"]] == [
+        ("2030-01-09T01:00:00+13:00", None),  # 12:00 UTC on the 8th
+        ("2030-01-09T09:00:00+13:00", None),
+        ("2030-01-10T01:00:00+13:00", "excluded"),  # 12:00 UTC on the 9th: NZ date the 10th
+        ("2030-01-10T09:00:00+13:00", "excluded"),
+        ("2030-01-11T01:00:00+13:00", None),  # 12:00 UTC on the 10th: NZ date the 11th
+        ("2030-01-11T09:00:00+13:00", None),
+    ]
+    job = alpha_api.create_job(schedule=schedule)
+    assert "timezone" not in job["schedule"]
+    assert [s["timezone"] for s in job["schedule"]["specs"]] == ["Pacific/Auckland", "UTC"]
+    assert job["schedule"]["description"].endswith(
+        "except on the dates of 'nz-day' (Pacific/Auckland)"
+    )

@@ -51,7 +51,8 @@ class _Common(serializers.Serializer):
         child=serializers.CharField(),
         required=False,
         help_text="Exclusion calendars of the tenant, by name: a slot on one of their dates "
-        "(in the job's zone) is skipped and recorded as `excluded`.",
+        "(local dates in the job's zone; with `specs`, the first spec's zone, for every spec's "
+        "slots) is skipped and recorded as `excluded`.",
     )
 
 
@@ -72,7 +73,11 @@ class SpecsScheduleInputSerializer(_Common):
         max_length=MAX_SPECS,
         help_text="Several cron specs: the job fires on their union, an instant two share once.",
     )
-    timezone = TimeZoneField(default="UTC", help_text="The zone of the specs that give none.")
+    timezone = TimeZoneField(
+        default="UTC",
+        help_text="The zone of the specs that give none (not kept: each stored spec has its "
+        "zone). Calendars use the first spec's zone.",
+    )
 
 
 class IntervalScheduleInputSerializer(_Common):

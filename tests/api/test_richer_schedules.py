@@ -232,3 +232,30 @@ def test_specs_calendars_use_the_first_specs_zone(alpha_api: Api):
     assert job["schedule"]["description"].endswith(
         "except on the dates of 'nz-day' (Pacific/Auckland)"
     )
+
+
+def test_an_interval_with_calendars_uses_utc_dates(alpha_api: Api):
+    """The preview of an interval with calendars answered 500 (no zone to read the dates
+    in); a cron job in Auckland changed to an interval kept Auckland for its calendars."""
+    assert (
+        alpha_api.post("calendars", {"name": "utc-day", "dates": ["2030-01-10"]}).status_code == 201
+    )
+    schedule = {
+        "interval_seconds": 43200,
+        "start_at": "2030-01-09T00:00:00Z",
+        "calendars": ["utc-day"],
+    }
+    response = alpha_api.post(
+        "schedule/preview", {"schedule": schedule, "after": "2030-01-09T06:00:00Z", "count": 4}
+    )
+    assert response.status_code == 200, response.content
+    assert [(s["at"], s["skip_reason"]) for s in response.json()["slots"]] == [
+        ("2030-01-09T12:00:00+00:00", None),
+        ("2030-01-10T00:00:00+00:00", "excluded"),
+        ("2030-01-10T12:00:00+00:00", "excluded"),
+        ("2030-01-11T00:00:00+00:00", None),
+    ]
+    job = alpha_api.create_job(schedule={"cron": "0 9 * * *", "timezone": "Pacific/Auckland"})
+    changed = alpha_api.patch(f"jobs/{job['id']}", {"schedule": schedule})
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["schedule"]["description"].endswith("'utc-day' (UTC)")

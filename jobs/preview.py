@@ -71,13 +71,18 @@ def preview_schedule(
 ) -> tuple[Schedule, ZoneInfo]:
     """The schedule a cron expression (in `timezone`) or an interval anchored at `start`
     describes; ScheduleError (naming its field) when it is invalid."""
-    if cron is not None:
+    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
+    if cron is not None:  # six fields (seconds) only as POST /jobs takes them: the minimum
         schedule = parse_cron(
-            cron, timezone=timezone, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat
+            cron,
+            timezone=timezone,
+            seed=seed,
+            dst_gap=dst_gap,
+            dst_repeat=dst_repeat,
+            minimum_interval_seconds=minimum,
         )
         return schedule, ZoneInfo(schedule.timezone)
     anchor = start.replace(microsecond=0)
-    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
     return interval_schedule(interval_seconds, anchor=anchor, minimum_seconds=minimum), ZoneInfo(
         "UTC"
     )

@@ -750,3 +750,11 @@ def test_next_run_is_the_next_slot_that_fires_not_the_cursor(portal, calendars):
     assert shown in listed and "2030-12-25 09:00:00" not in listed
     detail = client.get(f"/jobs/{job.id}/").content.decode()
     assert shown in detail and "2030-12-25 09:00:00" not in detail
+
+
+def test_the_simple_preview_takes_six_fields_when_the_minimum_allows(portal):
+    client = login(portal["alpha"])
+    query = {"schedule_type": "cron", "cron": "*/20 * * * * *", "timezone": "UTC"}
+    page = client.get("/jobs/preview", query).content.decode()
+    assert "Invalid schedule" not in page and page.count("<li>") == 6
+    assert re.search(r" \d\d:\d\d:20 \(UTC", page)

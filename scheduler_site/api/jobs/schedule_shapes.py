@@ -121,6 +121,24 @@ SCHEDULES = {
         "calendars": ["holidays"],
     },
     "The last Friday of the month at 18:00": {"cron": "0 18 * * 5L", "timezone": "UTC"},
+    "The second Monday of the month at 08:00 in New York": {
+        "cron": "0 8 * * 1#2",
+        "timezone": "America/New_York",
+    },
+    "Noon on the weekday nearest the 15th and on the last day of the month": {
+        "cron": "0 12 15W,L * *",
+        "timezone": "Europe/Paris",
+    },
+    "At 06:00:30 every day (six fields: seconds first)": {
+        "cron": "30 0 6 * * *",
+        "timezone": "Asia/Tokyo",
+    },
+    "Hourly on weekdays in the first quarter of 2027 only": {
+        "cron": "0 * * * 1-5",
+        "timezone": "Europe/London",
+        "start": "2027-01-01T00:00:00Z",
+        "end": "2027-04-01T00:00:00Z",
+    },
     "Every 10 minutes during December": {
         "interval_seconds": 600,
         "start": "2026-12-01T00:00:00Z",

@@ -65,6 +65,11 @@ def test_a_one_off_fires_once_and_completes_its_job(live, redis_client):
     engine = new_engine(redis_client, clock)
     clock.set(utc(2026, 12, 21, 8, 59, 45))
     engine.materialise()
+    # as documented: completed once its one run is prepared, before that run fires
+    with schema_context(alpha.schema_name):
+        assert Job.objects.get(id=job.id).state == "completed"
+    [waiting] = runs_of(alpha)
+    assert (waiting.status, waiting.scheduled_for) == (states.SCHEDULED, utc(2026, 12, 21, 9, 0))
     clock.set(utc(2026, 12, 21, 9, 0))
     assert engine.fire().published == 1
     with schema_context(alpha.schema_name):

@@ -95,9 +95,10 @@ class IntervalScheduleInputSerializer(_Common):
 
 class AtScheduleInputSerializer(_Common):
     at = serializers.CharField(
-        help_text="A wall time in `timezone` (2026-12-24T18:00): the job fires once, then is "
-        "`completed`. A time in a DST gap follows dst_gap; a repeated one fires at its first "
-        "occurrence (dst_repeat `last`: the second)."
+        help_text="A wall time in `timezone` (2026-12-24T18:00): the job fires once; it is "
+        "`completed` once that run is prepared (within the lookahead before it). A time in a "
+        "DST gap follows dst_gap; a repeated one fires at its first occurrence (dst_repeat "
+        "`last`: the second)."
     )
     timezone = TimeZoneField(default="UTC", help_text="An IANA time zone name.")
 

@@ -182,7 +182,9 @@ class JobSerializer(serializers.Serializer):
         choices=STATES,
         help_text="`parked`: the scheduler could not plan the job's stored schedule (see "
         "`fault`); an edit or a resume clears it. `completed`: the schedule has no slot left "
-        "(a one-off that fired, an `end` passed); an edit that gives it slots clears it.",
+        "to prepare (the run of its last slot, a one-off's or the last before `end`, is "
+        "prepared, up to the lookahead before it fires); an edit that gives it slots clears "
+        "it.",
     )
     paused_reason = serializers.CharField()
     paused_at = PausedAtField(

@@ -26,7 +26,7 @@ from .schedules import (
     describe,
     interval_schedule,
     jitter_seconds_for,
-    next_fire,
+    next_fire_or_none,
     next_slot_or_none,
     parse_cron,
 )
@@ -71,23 +71,33 @@ def preview_schedule(
 ) -> tuple[Schedule, ZoneInfo]:
     """The schedule a cron expression (in `timezone`) or an interval anchored at `start`
     describes; ScheduleError (naming its field) when it is invalid."""
-    if cron is not None:
+    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
+    if cron is not None:  # six fields (seconds) only as POST /jobs takes them: the minimum
         schedule = parse_cron(
-            cron, timezone=timezone, seed=seed, dst_gap=dst_gap, dst_repeat=dst_repeat
+            cron,
+            timezone=timezone,
+            seed=seed,
+            dst_gap=dst_gap,
+            dst_repeat=dst_repeat,
+            minimum_interval_seconds=minimum,
         )
         return schedule, ZoneInfo(schedule.timezone)
     anchor = start.replace(microsecond=0)
-    minimum = settings.SCHEDULER_MIN_INTERVAL_SECONDS
     return interval_schedule(interval_seconds, anchor=anchor, minimum_seconds=minimum), ZoneInfo(
         "UTC"
     )
 
 
 def fire_times(schedule: Schedule, start: datetime, count: int) -> list[datetime]:
+    """The next `count` firing instants after `start`, fewer when the schedule ends first (a
+    one-off, an `end`): what remains, never ScheduleEnded."""
     times, after = [], start
     for _ in range(count):
-        after = next_fire(schedule, after)
-        times.append(after)
+        found = next_fire_or_none(schedule, after)
+        if found is None:
+            break
+        times.append(found)
+        after = found
     return times
 
 

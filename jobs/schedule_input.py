@@ -15,7 +15,8 @@ Shapes (any of them may add `start`, `end` and `calendars`):
   instant with an offset is taken as is);
 - `start` (inclusive) and `end` (exclusive): instants with an offset, no slot outside;
 - `calendars`: names of the tenant's exclusion calendars; a slot whose local date (in the
-  job's zone) is on one is recorded as skipped, `excluded`.
+  job's zone: with `specs`, the first spec's, for the slots of every spec; UTC for an
+  interval) is on one is recorded as skipped, `excluded`.
 """
 
 from __future__ import annotations
@@ -178,7 +179,14 @@ def _interval(errors, schedule: dict, *, now: datetime, start: datetime | None) 
     except ScheduleError as exc:
         errors.add("schedule.interval_seconds", str(exc))
         return {}
-    return {"schedule_kind": "interval", "interval_seconds": seconds, "anchor_at": anchor}
+    # an interval has no zone of its own: its calendars' dates are UTC dates (a cron job
+    # changed to an interval keeps no stale zone)
+    return {
+        "schedule_kind": "interval",
+        "interval_seconds": seconds,
+        "anchor_at": anchor,
+        "timezone": "UTC",
+    }
 
 
 def _at(errors, schedule: dict, *, dst_gap: str, dst_repeat: str) -> dict:

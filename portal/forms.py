@@ -147,7 +147,8 @@ class JobForm(forms.Form):
         label="Until (UTC, not included)",
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
-        help_text="Optional: no run from this instant on; then the job is completed.",
+        help_text="Optional: no run from this instant on; the job is completed once its "
+        "last run is prepared.",
     )
     calendars = forms.MultipleChoiceField(
         label="Skip the dates of these calendars",

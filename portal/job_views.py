@@ -4,7 +4,6 @@ and the DAG around it."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 
 from django.contrib import messages
 from django.db.models import Q
@@ -15,9 +14,8 @@ from django.views.decorators.http import require_POST
 
 from jobs import services as job_services
 from jobs.models import AuditEvent, Job
-from jobs.preview import PREVIEW_SEED, Preview, fire_times, schedule_preview
+from jobs.preview import PREVIEW_SEED, Preview, schedule_preview
 from jobs.preview import preview as full_preview
-from jobs.schedule_fields import schedule_of
 from jobs.schedules import ScheduleError
 from jobs.validation import JobValidationError
 from runs import states
@@ -39,7 +37,7 @@ from .common import (
 from .dag_views import dag_panel
 from .forms import JobForm, initial_from_job, schedule_input, spec_field, time_zones
 from .throttle import trigger_allowed
-from .views import schedule_words
+from .views import next_runs, schedule_words
 
 HISTORY_PAGE = 25
 
@@ -247,21 +245,12 @@ def _show(value) -> str:
     return "—" if value in (None, "") else str(value)
 
 
-def next_runs(job: Job, count: int = 10) -> list:
-    """The job's next fire times from its cursor; none while paused, parked or deleted."""
-    schedule = schedule_of(job)
-    if schedule is None or not job.schedulable:
-        return []
-    try:
-        return fire_times(schedule, job.next_run_at - timedelta(microseconds=1), count)
-    except (ScheduleError, OverflowError):
-        return []
-
-
 @portal_view
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_or_404(job_id)
     job.schedule_words = schedule_words(job)
+    upcoming = next_runs(job)
+    job.next_fire_at = upcoming[0] if upcoming else None
     history = _history(request, job)
     if request.htmx and request.htmx.target == "history":
         return render(request, "portal/_history.html", {"job": job, "history": history})
@@ -270,7 +259,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = {
         **dag_panel(request, job),
         "job": job,
-        "next_runs": next_runs(job),
+        "next_runs": upcoming,
         "history": history,
         "chart": chart,
         "p50": human_seconds(chart.p50),

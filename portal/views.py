@@ -17,8 +17,9 @@ from django.views.decorators.http import require_POST
 
 from jobs import services as job_services
 from jobs.models import Job
-from jobs.schedule_fields import schedule_of
-from jobs.schedules import describe
+from jobs.preview import fire_times
+from jobs.schedule_fields import job_calendars, schedule_of
+from jobs.schedules import ScheduleError, describe
 from jobs.selectors import job_list
 from jobs.validation import PRIORITIES, JobValidationError
 from runs import states
@@ -45,8 +46,23 @@ JOB_STATES = ("active", "paused", "parked", "completed")
 
 
 def schedule_words(job: Job) -> str:
-    schedule = schedule_of(job)
+    """The schedule in words, naming its exclusion calendars (prefetched by job_list and
+    job_get, so no query per job)."""
+    schedule = schedule_of(job, job_calendars(job))
     return describe(schedule) if schedule is not None else "on demand / after upstream jobs"
+
+
+def next_runs(job: Job, count: int = 10) -> list:
+    """The job's next fire times from its cursor; none while paused, parked or deleted.
+    Slots its exclusion calendars skip are left out (they will not run: the ledger records
+    them as skipped, `excluded`), as are `dst_gap: skip` slots."""
+    schedule = schedule_of(job, job_calendars(job))
+    if schedule is None or not job.schedulable:
+        return []
+    try:
+        return fire_times(schedule, job.next_run_at - timedelta(microseconds=1), count)
+    except (ScheduleError, OverflowError):
+        return []
 
 
 def run_job_names(runs: list) -> None:
@@ -134,6 +150,7 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     strips = recent_statuses([job.id for job in page], now, 20)
     for job in page:
         job.schedule_words = schedule_words(job)
+        job.next_fire_at = next(iter(next_runs(job, 1)), None)
         job.strip = list(reversed(strips.get(job.id, [])))
     base = urlencode(filters)
     links = {

@@ -7,7 +7,8 @@ means the whole field in croniter (standard cron, and this package: the single v
 and croniter treats a full-but-not-``*`` day field (``1-31``, ``*/1``, ``0-6``) as restricted
 when the other day field has no ``*`` (this package: a full day field never restricts).
 
-The day extensions in croniter 7, checked by the property tests (test_schedule_extension_
+Six fields (seconds first) and the macros (``@yearly`` ... ``@hourly``) are cross-checked
+too. The day extensions in croniter 7, checked by the property tests (test_schedule_extension_
 properties.py), which use croniter only where the two agree:
 
 * agree: ``L`` in day-of-month, alone or in a list (``1,L``), also ORed with plain weekdays;
@@ -31,6 +32,8 @@ from datetime import datetime
 from croniter import croniter
 
 
-def croniter_next(expression: str, wall: datetime) -> datetime:
-    """croniter's next match strictly after the naive wall-clock time ``wall``."""
-    return croniter(expression, wall).get_next(datetime)
+def croniter_next(expression: str, wall: datetime, *, seconds: bool = False) -> datetime:
+    """croniter's next match strictly after the naive wall-clock time ``wall``. ``seconds``:
+    a six-field expression with the seconds first, as here (croniter's
+    ``second_at_beginning``; by default croniter reads a sixth field as seconds *last*)."""
+    return croniter(expression, wall, second_at_beginning=seconds).get_next(datetime)

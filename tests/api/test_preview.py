@@ -81,3 +81,20 @@ def test_other_invalid_input_names_the_parameter(alpha_api: Api):
 
 def test_preview_needs_a_token(live):
     assert preview(Api(None), cron="* * * * *").status_code == 401
+
+
+def test_six_fields_preview_as_post_jobs_takes_them(alpha_api: Api):
+    """With a minimum interval below a minute (1 s in the tests), GET /schedule/preview takes
+    the six-field form POST /jobs takes; at 60 s it refuses it as POST /jobs does."""
+    from django.test import override_settings
+
+    body = preview(alpha_api, cron="*/15 * * * * *", start="2026-01-01T00:00:00Z", count="3")
+    assert body.status_code == 200, body.content
+    assert body.json()["next"] == [
+        "2026-01-01T00:00:15+00:00",
+        "2026-01-01T00:00:30+00:00",
+        "2026-01-01T00:00:45+00:00",
+    ]
+    with override_settings(SCHEDULER_MIN_INTERVAL_SECONDS=60):
+        refused = preview(alpha_api, cron="*/15 * * * * *", start="2026-01-01T00:00:00Z")
+    assert refused.status_code == 400

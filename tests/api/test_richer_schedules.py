@@ -3,6 +3,7 @@ start/end, exclusion calendars, and the full preview."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -178,3 +179,84 @@ def test_full_preview_marks_excluded_and_dst_days(alpha_api: Api):
         ("2026-03-30T02:30:00+02:00", "excluded", False),
         ("2026-03-31T02:30:00+02:00", None, False),
     ]
+
+
+def test_next_run_at_is_the_cursor_and_can_be_an_excluded_slot(alpha_api: Api):
+    """As documented: `next_run_at` is the scheduler's next slot, which may be one recorded
+    as skipped (here an excluded date), not necessarily the next run that fires; the
+    preview shows which slots fire."""
+    day = (datetime.now(UTC) + timedelta(days=2)).date()
+    created = alpha_api.post("calendars", {"name": "cursor-off", "dates": [day.isoformat()]})
+    assert created.status_code == 201, created.content
+    schedule = {
+        "cron": "0 9 * * *",
+        "start": f"{day.isoformat()}T00:00:00Z",
+        "calendars": ["cursor-off"],
+    }
+    job = alpha_api.create_job(schedule=schedule)
+    assert job["next_run_at"] == f"{day.isoformat()}T09:00:00Z"
+    preview = alpha_api.post("schedule/preview", {"schedule": schedule, "count": 2}).json()
+    assert [s["skip_reason"] for s in preview["slots"]] == ["excluded", None]
+    schema = alpha_api.get("/api/v1/openapi.json").content.decode()
+    assert "recorded as skipped (`excluded`, `dst`)" in schema
+    assert not re.search(r"next (scheduled )?fire time(?!s)", schema)  # the preview's: "times"
+
+
+def test_specs_calendars_use_the_first_specs_zone(alpha_api: Api):
+    """As documented: with `specs`, a slot is excluded by its local date in the first spec's
+    zone (Auckland, UTC+13 in January), whichever spec it comes from; the top-level
+    `timezone` (UTC) only fills in the second spec's zone."""
+    created = alpha_api.post("calendars", {"name": "nz-day", "dates": ["2030-01-10"]})
+    assert created.status_code == 201, created.content
+    schedule = {
+        "specs": [{"cron": "0 9 * * *", "timezone": "Pacific/Auckland"}, {"cron": "0 12 * * *"}],
+        "timezone": "UTC",
+        "calendars": ["nz-day"],
+    }
+    response = alpha_api.post(
+        "schedule/preview", {"schedule": schedule, "after": "2030-01-08T00:00:00Z", "count": 6}
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["timezone"] == "Pacific/Auckland"
+    assert [(s["at"], s["skip_reason"]) for s in body["slots"]] == [
+        ("2030-01-09T01:00:00+13:00", None),  # 12:00 UTC on the 8th
+        ("2030-01-09T09:00:00+13:00", None),
+        ("2030-01-10T01:00:00+13:00", "excluded"),  # 12:00 UTC on the 9th: NZ date the 10th
+        ("2030-01-10T09:00:00+13:00", "excluded"),
+        ("2030-01-11T01:00:00+13:00", None),  # 12:00 UTC on the 10th: NZ date the 11th
+        ("2030-01-11T09:00:00+13:00", None),
+    ]
+    job = alpha_api.create_job(schedule=schedule)
+    assert "timezone" not in job["schedule"]
+    assert [s["timezone"] for s in job["schedule"]["specs"]] == ["Pacific/Auckland", "UTC"]
+    assert job["schedule"]["description"].endswith(
+        "except on the dates of 'nz-day' (Pacific/Auckland)"
+    )
+
+
+def test_an_interval_with_calendars_uses_utc_dates(alpha_api: Api):
+    """The preview of an interval with calendars answered 500 (no zone to read the dates
+    in); a cron job in Auckland changed to an interval kept Auckland for its calendars."""
+    assert (
+        alpha_api.post("calendars", {"name": "utc-day", "dates": ["2030-01-10"]}).status_code == 201
+    )
+    schedule = {
+        "interval_seconds": 43200,
+        "start_at": "2030-01-09T00:00:00Z",
+        "calendars": ["utc-day"],
+    }
+    response = alpha_api.post(
+        "schedule/preview", {"schedule": schedule, "after": "2030-01-09T06:00:00Z", "count": 4}
+    )
+    assert response.status_code == 200, response.content
+    assert [(s["at"], s["skip_reason"]) for s in response.json()["slots"]] == [
+        ("2030-01-09T12:00:00+00:00", None),
+        ("2030-01-10T00:00:00+00:00", "excluded"),
+        ("2030-01-10T12:00:00+00:00", "excluded"),
+        ("2030-01-11T00:00:00+00:00", None),
+    ]
+    job = alpha_api.create_job(schedule={"cron": "0 9 * * *", "timezone": "Pacific/Auckland"})
+    changed = alpha_api.patch(f"jobs/{job['id']}", {"schedule": schedule})
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["schedule"]["description"].endswith("'utc-day' (UTC)")

@@ -230,3 +230,55 @@ def test_the_docs_header_links_to_the_guide_page_which_a_browser_opens(schema: d
     schedules = Client(HTTP_HOST=live["alpha"].domain).get("/api/v1/guide/schedules")
     assert schedules.status_code == 200 and "<h1>" in schedules.content.decode()
     assert Client().get("/api/v1/guide/nope").status_code == 404
+
+
+def _operation(schema: dict, operation_id: str) -> dict:
+    [found] = [op for _, op in _operations(schema) if op.get("operationId") == operation_id]
+    return found
+
+
+def _request_examples(operation: dict) -> dict[str, object]:
+    content = operation["requestBody"]["content"]["application/json"]
+    return {e.get("summary", key): e["value"] for key, e in content["examples"].items()}
+
+
+def _answer_examples(operation: dict, status: str) -> dict[str, object]:
+    content = operation["responses"][status]["content"]["application/json"]
+    return {e.get("summary", key): e["value"] for key, e in content["examples"].items()}
+
+
+def test_the_schedule_examples_are_what_the_api_takes_and_answers(
+    schema: dict, alpha_api: Api, monkeypatch
+):
+    """Every request example of creating a calendar, creating and changing a job and the
+    full preview is accepted (at the examples' own time, 2026-11-20); each preview example's
+    answer is the API's answer, word for word."""
+    from datetime import UTC, datetime
+
+    from core.clock import FakeClock
+    from scheduler_site.api.views import ApiView
+
+    monkeypatch.setattr(ApiView, "clock", FakeClock(datetime(2026, 11, 20, 9, tzinfo=UTC)))
+    for title, body in _request_examples(_operation(schema, "calendars_create")).items():
+        response = alpha_api.post("calendars", body)
+        assert response.status_code == 201, (title, response.content)
+    created = []
+    for title, body in _request_examples(_operation(schema, "jobs_create")).items():
+        response = alpha_api.post("jobs", body)
+        assert response.status_code == 201, (title, response.content)
+        created.append(response.json()["id"])
+    assert len(created) >= 9
+    for title, body in _request_examples(_operation(schema, "jobs_update")).items():
+        response = alpha_api.patch(f"jobs/{created[0]}", body)
+        assert response.status_code == 200, (title, response.content)
+    full = _operation(schema, "schedule_preview_full")
+    answers = _answer_examples(full, "200")
+    requests = _request_examples(full)
+    assert len(requests) >= 3 and set(answers) == {f"Answer: {t}" for t in requests}
+    skips = set()
+    for title, body in requests.items():
+        response = alpha_api.post("schedule/preview", body)
+        assert response.status_code == 200, (title, response.content)
+        assert response.json() == answers[f"Answer: {title}"], title
+        skips |= {slot["skip_reason"] for slot in response.json()["slots"]}
+    assert skips == {None, "excluded"}

@@ -665,3 +665,96 @@ def test_a_completed_job_says_so(portal):
     detail = client.get(f"/jobs/{portal['active'].id}/").content.decode()
     assert "its schedule has no slot left" in detail
     assert "1 completed" in client.get("/").content.decode()
+
+
+def _next_runs_section(page: str) -> str:
+    return page.split('id="h-next"', 1)[1].split("</section>", 1)[0]
+
+
+def test_a_schedule_that_ends_lists_what_remains(portal):
+    """A one-off, and a bounded job with fewer than 10 slots left: the detail page lists
+    the slots that remain (it used to answer 500, the schedule ending mid-list)."""
+    alpha = portal["alpha"]
+    once = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="once",
+        schedule={"at": "2030-12-24T18:00", "timezone": "Europe/Berlin"},
+    )
+    bounded = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="three-days",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-01-01T00:00:00Z",
+            "end": "2030-01-04T00:00:00Z",
+        },
+    )
+    client = login(alpha)
+    response = client.get(f"/jobs/{once.id}/")
+    assert response.status_code == 200
+    listed = _next_runs_section(response.content.decode())
+    assert listed.count("<li>") == 1 and "Tue 2030-12-24 18:00" in listed
+    response = client.get(f"/jobs/{bounded.id}/")
+    assert response.status_code == 200
+    listed = _next_runs_section(response.content.decode())
+    assert listed.count("<li>") == 3
+    assert [f"2030-01-0{d} 09:00" in listed for d in (1, 2, 3, 4)] == [True, True, True, False]
+
+
+def test_next_runs_and_words_honour_the_jobs_calendars(portal, calendars):
+    """An excluded date is not shown as a next run, the page says why, and the words (on the
+    page and in the jobs list) name the calendar."""
+    alpha = portal["alpha"]
+    job = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="christmas-off",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-12-24T00:00:00Z",
+            "calendars": ["portal-holidays"],
+        },
+    )
+    client = login(alpha)
+    page = client.get(f"/jobs/{job.id}/").content.decode()
+    listed = _next_runs_section(page)
+    assert listed.count("<li>") == 10
+    assert "2030-12-24 09:00" in listed and "2030-12-26 09:00" in listed
+    assert "2030-12-25" not in listed and "2031-01-03 09:00" in listed
+    assert "“portal-holidays” are left out" in listed
+    words = "except on the dates of &#x27;portal-holidays&#x27;"
+    assert words in page
+    assert words in client.get("/jobs/?q=christmas").content.decode()
+
+
+def test_next_run_is_the_next_slot_that_fires_not_the_cursor(portal, calendars):
+    """The job's cursor (`next_run_at`) is on an excluded date: the jobs list and the job
+    page show the next run that fires, the day after."""
+    alpha = portal["alpha"]
+    job = make_job(
+        alpha.tenant,
+        CLOCK,
+        name="starts-on-christmas",
+        schedule={
+            "cron": "0 9 * * *",
+            "start": "2030-12-25T00:00:00Z",
+            "calendars": ["portal-holidays"],
+        },
+    )
+    assert job.next_run_at.isoformat() == "2030-12-25T09:00:00+00:00"
+    client = login(alpha)
+    shown = '<time datetime="2030-12-26T09:00:00+00:00">2030-12-26 09:00:00</time>'
+    listed = client.get("/jobs/?q=starts-on").content.decode()
+    assert shown in listed and "2030-12-25 09:00:00" not in listed
+    detail = client.get(f"/jobs/{job.id}/").content.decode()
+    assert shown in detail and "2030-12-25 09:00:00" not in detail
+
+
+def test_the_simple_preview_takes_six_fields_when_the_minimum_allows(portal):
+    client = login(portal["alpha"])
+    query = {"schedule_type": "cron", "cron": "*/20 * * * * *", "timezone": "UTC"}
+    page = client.get("/jobs/preview", query).content.decode()
+    assert "Invalid schedule" not in page and page.count("<li>") == 6
+    assert re.search(r" \d\d:\d\d:20 \(UTC", page)

@@ -1,6 +1,7 @@
 """Property tests of the cron extensions (L, W, #, seconds) and of the wrappers, against the
 independent brute-force reference of cron_reference.py, and against croniter where croniter
-supports the syntax with the same meaning.
+supports the syntax with the same meaning (the day rules, six fields with seconds first, the
+macros).
 
 Examples are bounded so that this module adds well under 20 s to the unit suite.
 """
@@ -271,19 +272,64 @@ CRONITER_EXPRESSIONS = st.tuples(MINUTES, HOURS, CRONITER_DAYS, MONTHS).map(
 WHEN = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2040, 1, 1))
 
 
-@SOME
-@given(expression=CRONITER_EXPRESSIONS, when=WHEN)
-def test_matcher_agrees_with_croniter_where_it_supports_the_syntax(expression, when):
+def _croniter_comparable(expression: str) -> str:
+    """The croniter spelling of a five-field expression both read alike (else the example
+    is dropped: the known divergences of reference.py)."""
     assume(_compiles(expression))
     translated = _croniter_form(expression)
     assert translated is not None
     matcher = compile_expression(expression)
-    assume(matcher.dom_rules or matcher.dow_rules)
     assume(not (matcher.dom_any and expression.split()[2] != "*"))  # see reference.py
     assume(not (matcher.dow_any and expression.split()[4] != "*"))
     assume("/" not in expression.split()[4])  # croniter: "7/2" in weekdays
     assume(not _EQUAL_RANGE.search(expression))  # croniter 7: "3-3" is the whole field
+    return translated
+
+
+@SOME
+@given(expression=CRONITER_EXPRESSIONS, when=WHEN)
+def test_matcher_agrees_with_croniter_where_it_supports_the_syntax(expression, when):
+    translated = _croniter_comparable(expression)
+    matcher = compile_expression(expression)
+    assume(matcher.dom_rules or matcher.dow_rules)
     assert matcher.next_after(when) == croniter_next(translated, when)
+
+
+CRONITER_SECONDS = st.one_of(
+    SECONDS,
+    st.integers(2, 30).map(lambda n: f"*/{n}"),
+    st.tuples(st.integers(0, 58), st.integers(1, 59)).map(
+        lambda t: f"{min(t)}-{max(t[0] + 1, t[1])}"
+    ),
+)
+PLAIN_FIVE = st.tuples(MINUTES, HOURS, st.just("*"), MONTHS, _PLAIN_DOW).map(" ".join)
+
+
+@SOME
+@given(
+    second=CRONITER_SECONDS,
+    five=st.one_of(PLAIN_FIVE, CRONITER_EXPRESSIONS),
+    when=WHEN,
+)
+def test_six_fields_agree_with_croniter_seconds_first(second, five, when):
+    """Seconds first, as croniter reads them with `second_at_beginning`: with plain fields
+    and with the day rules croniter reads alike."""
+    translated = _croniter_comparable(five)
+    assume(not _EQUAL_RANGE.search(second))
+    expression = f"{second} {five}"
+    assume(_compiles(expression))
+    got = compile_expression(expression).next_after(when)
+    assert got == croniter_next(f"{second} {translated}", when, seconds=True)
+
+
+MACROS = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"]
+
+
+@SOME
+@given(macro=st.sampled_from(MACROS), when=WHEN)
+def test_macros_agree_with_croniter(macro, when):
+    schedule = parse_cron(macro, timezone="UTC", seed="m")
+    assert compile_expression(schedule.expression).next_after(when) == croniter_next(macro, when)
 
 
 def test_known_croniter_differences():

@@ -103,6 +103,77 @@ class SlotsPreviewSerializer(serializers.Serializer):
     slots = PreviewSlotSerializer(many=True)
 
 
+def _slots(*slots: tuple[str, str | None, bool]) -> list[dict]:
+    return [{"at": at, "skip_reason": skip, "dst_day": dst} for at, skip, dst in slots]
+
+
+# request title -> (request, its answer); tests/api/test_schema.py posts each request (with
+# the calendars example "holidays") and compares the answer
+PREVIEW_EXAMPLES = {
+    "Two cron specs with a calendar": (
+        {
+            "schedule": {
+                "specs": [{"cron": "0 9 * * 1-5"}, {"cron": "0 12 * * 6"}],
+                "timezone": "Europe/Berlin",
+                "calendars": ["holidays"],
+            },
+            "after": "2026-12-22T12:00:00Z",
+            "count": 5,
+        },
+        {
+            "description": "At 09:00, Monday through Friday (Europe/Berlin); At 12:00, only on "
+            "Saturday (Europe/Berlin), except on the dates of 'holidays' (Europe/Berlin)",
+            "timezone": "Europe/Berlin",
+            "slots": _slots(
+                ("2026-12-23T09:00:00+01:00", None, False),
+                ("2026-12-24T09:00:00+01:00", "excluded", False),
+                ("2026-12-25T09:00:00+01:00", "excluded", False),
+                ("2026-12-26T12:00:00+01:00", "excluded", False),
+                ("2026-12-28T09:00:00+01:00", None, False),
+            ),
+        },
+    ),
+    "The last weekday of each month, at 17:00:30, in the first quarter": (
+        {
+            "schedule": {
+                "cron": "30 0 17 LW * *",
+                "timezone": "Europe/Berlin",
+                "start": "2027-01-01T00:00:00Z",
+                "end": "2027-04-01T00:00:00Z",
+            },
+            "after": "2026-12-01T00:00:00Z",
+            "count": 5,
+        },
+        {
+            "description": "At 17:00:30, on the last weekday of the month (Europe/Berlin), "
+            "from 2027-01-01 01:00+01:00, ending before 2027-04-01 02:00+02:00",
+            "timezone": "Europe/Berlin",
+            "slots": _slots(  # the end comes before a fifth slot
+                ("2027-01-29T17:00:30+01:00", None, False),
+                ("2027-02-26T17:00:30+01:00", None, False),
+                ("2027-03-31T17:00:30+02:00", None, False),
+            ),
+        },
+    ),
+    "The second Sunday of the month at 02:30 in New York, across the spring change": (
+        {
+            "schedule": {"cron": "30 2 * * 0#2", "timezone": "America/New_York"},
+            "after": "2027-02-01T00:00:00Z",
+            "count": 3,
+        },
+        {
+            "description": "At 02:30, on the second Sunday of the month (America/New_York)",
+            "timezone": "America/New_York",
+            "slots": _slots(  # 2027-03-14 02:30 does not exist: shifted to 03:00 EDT
+                ("2027-02-14T02:30:00-05:00", None, False),
+                ("2027-03-14T03:00:00-04:00", None, True),
+                ("2027-04-11T02:30:00-04:00", None, False),
+            ),
+        },
+    ),
+}
+
+
 class SchedulePreviewView(ApiView):
     @extend_schema(
         operation_id="schedule_preview",
@@ -163,30 +234,9 @@ class SchedulePreviewView(ApiView):
         "DST transition day.",
         request=PreviewBodySerializer,
         examples=[
-            ex.request(
-                "Two cron specs with a calendar",
-                {
-                    "schedule": {
-                        "specs": [{"cron": "0 9 * * 1-5"}, {"cron": "0 12 * * 6"}],
-                        "timezone": "Europe/Berlin",
-                    },
-                    "after": "2026-03-27T12:00:00Z",
-                    "count": 3,
-                },
-            ),
-            ex.answer(
-                "The slots",
-                {
-                    "description": "At 09:00, Monday through Friday (Europe/Berlin) and at "
-                    "12:00, only on Saturday (Europe/Berlin)",
-                    "timezone": "Europe/Berlin",
-                    "slots": [
-                        {"at": "2026-03-28T12:00:00+01:00", "skip_reason": None, "dst_day": False},
-                        {"at": "2026-03-30T09:00:00+02:00", "skip_reason": None, "dst_day": False},
-                        {"at": "2026-03-31T09:00:00+02:00", "skip_reason": None, "dst_day": False},
-                    ],
-                },
-            ),
+            example
+            for title, (body, answer) in PREVIEW_EXAMPLES.items()
+            for example in (ex.request(title, body), ex.answer(f"Answer: {title}", answer))
         ],
         responses={200: SlotsPreviewSerializer, **problem_responses(400, *READ_PROBLEMS)},
     )

@@ -51,7 +51,8 @@ class _Common(serializers.Serializer):
         child=serializers.CharField(),
         required=False,
         help_text="Exclusion calendars of the tenant, by name: a slot on one of their dates "
-        "(in the job's zone) is skipped and recorded as `excluded`.",
+        "(local dates in the job's zone; with `specs`, the first spec's zone, for every spec's "
+        "slots) is skipped and recorded as `excluded`.",
     )
 
 
@@ -72,7 +73,11 @@ class SpecsScheduleInputSerializer(_Common):
         max_length=MAX_SPECS,
         help_text="Several cron specs: the job fires on their union, an instant two share once.",
     )
-    timezone = TimeZoneField(default="UTC", help_text="The zone of the specs that give none.")
+    timezone = TimeZoneField(
+        default="UTC",
+        help_text="The zone of the specs that give none (not kept: each stored spec has its "
+        "zone). Calendars use the first spec's zone.",
+    )
 
 
 class IntervalScheduleInputSerializer(_Common):
@@ -90,9 +95,10 @@ class IntervalScheduleInputSerializer(_Common):
 
 class AtScheduleInputSerializer(_Common):
     at = serializers.CharField(
-        help_text="A wall time in `timezone` (2026-12-24T18:00): the job fires once, then is "
-        "`completed`. A time in a DST gap follows dst_gap; a repeated one fires at its first "
-        "occurrence (dst_repeat `last`: the second)."
+        help_text="A wall time in `timezone` (2026-12-24T18:00): the job fires once; it is "
+        "`completed` once that run is prepared (within the lookahead before it). A time in a "
+        "DST gap follows dst_gap; a repeated one fires at its first occurrence (dst_repeat "
+        "`last`: the second)."
     )
     timezone = TimeZoneField(default="UTC", help_text="An IANA time zone name.")
 
@@ -116,6 +122,24 @@ SCHEDULES = {
         "calendars": ["holidays"],
     },
     "The last Friday of the month at 18:00": {"cron": "0 18 * * 5L", "timezone": "UTC"},
+    "The second Monday of the month at 08:00 in New York": {
+        "cron": "0 8 * * 1#2",
+        "timezone": "America/New_York",
+    },
+    "Noon on the weekday nearest the 15th and on the last day of the month": {
+        "cron": "0 12 15W,L * *",
+        "timezone": "Europe/Paris",
+    },
+    "At 06:00:30 every day (six fields: seconds first)": {
+        "cron": "30 0 6 * * *",
+        "timezone": "Asia/Tokyo",
+    },
+    "Hourly on weekdays in the first quarter of 2027 only": {
+        "cron": "0 * * * 1-5",
+        "timezone": "Europe/London",
+        "start": "2027-01-01T00:00:00Z",
+        "end": "2027-04-01T00:00:00Z",
+    },
     "Every 10 minutes during December": {
         "interval_seconds": 600,
         "start": "2026-12-01T00:00:00Z",

@@ -146,8 +146,8 @@ class LastRunField(serializers.Field):
 
 
 class NextRunAtField(serializers.DateTimeField):
-    """The next fire time, or null while nothing will fire: a paused job keeps its place
-    in the schedule (`next_run_at` in the row, for the resume), but shows no next run."""
+    """The scheduler's cursor (the next slot not yet prepared), or null: a paused job keeps
+    its place in the schedule (`next_run_at` in the row, for the resume), but shows none."""
 
     def get_attribute(self, job: Job) -> Any:
         return None if job.paused or job.fault_code else job.next_run_at
@@ -182,7 +182,9 @@ class JobSerializer(serializers.Serializer):
         choices=STATES,
         help_text="`parked`: the scheduler could not plan the job's stored schedule (see "
         "`fault`); an edit or a resume clears it. `completed`: the schedule has no slot left "
-        "(a one-off that fired, an `end` passed); an edit that gives it slots clears it.",
+        "to prepare (the run of its last slot, a one-off's or the last before `end`, is "
+        "prepared, up to the lookahead before it fires); an edit that gives it slots clears "
+        "it.",
     )
     paused_reason = serializers.CharField()
     paused_at = PausedAtField(
@@ -195,8 +197,11 @@ class JobSerializer(serializers.Serializer):
     )
     next_run_at = NextRunAtField(
         allow_null=True,
-        help_text="The next scheduled fire time (UTC); null for a job on demand or as a "
-        "dependency only, a paused or parked job, or a completed schedule.",
+        help_text="The scheduler's cursor (UTC): the next slot it has not yet prepared a run "
+        "for. It can be a slot that will be recorded as skipped (`excluded`, `dst`), and a run "
+        "prepared ahead (within the lookahead) is already behind it; the next firing slots: "
+        "`POST /schedule/preview`. Null for a job on demand or as a dependency only, a paused "
+        "or parked job, or a completed schedule.",
     )
     last_run = LastRunField(source="*", allow_null=True, help_text="The latest run due by now.")
     created_at = serializers.DateTimeField()

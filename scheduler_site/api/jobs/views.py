@@ -107,7 +107,7 @@ class JobCollectionView(JobView):
         summary="Create a job",
         description=(
             "Only `name`, `target` and a `schedule` (or `null`, or `depends_on`) are "
-            "required; every other field has a default. The job's first fire time is "
+            "required; every other field has a default. The job's first slot is "
             "computed in its time zone at once (`next_run_at`). An invalid field is a 400 "
             "that names it, and for a cron expression the cron field too "
             "(`schedule.cron: minute: 61 is out of range 0-59`). An HTTP target on an "
@@ -140,9 +140,9 @@ class JobDetailView(JobView):
         tags=TAGS,
         summary="Read a job",
         description=(
-            "The job with its schedule in words, its next fire time (null while paused, "
-            "parked or on demand) and its latest run due by now. Another tenant's ids are "
-            "404s, like unknown ones."
+            "The job with its schedule in words, the scheduler's next slot for it "
+            "(`next_run_at`, null while paused, parked or on demand) and its latest run due by "
+            "now. Another tenant's ids are 404s, like unknown ones."
         ),
         examples=[ex.answer("A job", ex.JOB)],
         responses={200: JobSerializer, **problem_responses(404, *READ_PROBLEMS)},
@@ -156,7 +156,7 @@ class JobDetailView(JobView):
         summary="Change some fields of a job",
         description=(
             "Only the fields given change; `retry` may be partial too. A new schedule (or "
-            "DST policy, jitter, calendars) recomputes the next fire time; of the runs "
+            "DST policy, jitter, calendars) recomputes the next slot; of the runs "
             "already prepared for slots after now, those the new schedule still has are "
             "kept and run the job as edited, the others are removed. An invalid PATCH "
             "changes nothing."

@@ -5,6 +5,7 @@ from `make bench ARGS="many-tenants"`."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.db import connection
@@ -71,8 +72,10 @@ def test_a_sweep_stops_as_soon_as_a_run_is_due(live, redis_client, monkeypatch):
     assert [r.status for r in runs_of(alpha)] == [states.QUEUED]
 
 
-def _slow_run_inserts(schema: str, seconds_per_row: float) -> None:
-    """A slow database, for real: every run row this tenant inserts costs `seconds_per_row`."""
+@contextmanager
+def _slow_run_inserts(schema: str, seconds_per_row: float):
+    """A slow database, for real: every run row this tenant inserts costs `seconds_per_row`
+    (the trigger is dropped after: the tenant's schema serves the next tests)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -82,6 +85,14 @@ def _slow_run_inserts(schema: str, seconds_per_row: float) -> None:
             FOR EACH ROW EXECUTE FUNCTION {schema}.slow_insert();
             """
         )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DROP TRIGGER IF EXISTS slow_insert ON {schema}.runs_run; "
+                f"DROP FUNCTION IF EXISTS {schema}.slow_insert()"
+            )
 
 
 def test_one_tenants_big_due_batch_does_not_outlast_the_lease(live, redis_client, monkeypatch):
@@ -107,12 +118,12 @@ def test_one_tenants_big_due_batch_does_not_outlast_the_lease(live, redis_client
     while process.engine.rebuild is not None:  # index the copied jobs (nothing is due yet)
         process.lead_once()
     epoch = process.lease.epoch
-    _slow_run_inserts(alpha.schema_name, 0.0008)
     renewals = []
     original = Lease.renew
     monkeypatch.setattr(Lease, "renew", lambda self: (renewals.append(1), original(self)))
     clock.set(START + timedelta(seconds=45))  # the whole minute enters the window at once
-    process.lead_once()  # raised LeaseLost before: the renewal after 3.2 s found it gone
+    with _slow_run_inserts(alpha.schema_name, 0.0008):
+        process.lead_once()  # raised LeaseLost before: the renewal after 3.2 s found it gone
     assert process.lease.held and process.lease.epoch == epoch
     assert len(renewals) >= 1 + 3  # the iteration's own, then between chunks of the tenant
     assert len(runs_of(alpha, status=states.SCHEDULED)) == 4000

@@ -154,7 +154,7 @@ def _admit_all(
     admitted: dict[tuple[int, str], Admitted] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         store.fence(cursor, engine.epoch, "fire")
-        store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
+        store.set_fire_transaction(cursor, engine.config.fire_lock_timeout_seconds)
         for (tenant_id, schema), entries in by_tenant.items():
             engine.checkpoint()  # a slow tenant must not outlast the lease
             if reached is not None:

@@ -266,9 +266,18 @@ class Queued:
     timeout_seconds: int
 
 
-def set_local_lock_timeout(cursor, seconds: float) -> None:
-    """A lock wait bound for the rest of this transaction only."""
-    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds * 1000:.0f}"])
+def set_fire_transaction(cursor, lock_timeout_seconds: float) -> None:
+    """For the rest of this transaction only: a lock wait bound, and a plan made for each
+    statement's own arrays. The fire's statements run again and again on one schema when
+    one tenant has thousands of runs due, so psycopg prepares them, and PostgreSQL's
+    generic plan for `r.id = ANY($1)` (an array of unknown size) walked every job of the
+    tenant and tested each run against the whole array: 1.5 s for a chunk of 2,000 runs
+    instead of 60 ms (10,000 due in one tenant fired at about 1,000 a second)."""
+    cursor.execute(
+        "SELECT set_config('lock_timeout', %s, true), "
+        "set_config('plan_cache_mode', 'force_custom_plan', true)",
+        [f"{lock_timeout_seconds * 1000:.0f}"],
+    )
 
 
 def queue_unconstrained(
@@ -278,18 +287,40 @@ def queue_unconstrained(
     (first attempts of any trigger, and retries). Runs it leaves need the full admission:
     other concurrency policies, paused or deleted jobs, and schedule runs among
     `judged_ids` (runs that may have waited with no leader) later than their job's misfire
-    grace (the misfire policy decides those)."""
+    grace (the misfire policy decides those).
+
+    The plan is fixed by the query's shape, driven from the given runs: first those runs
+    (the CTE), then each one's job by its key (`LATERAL ... OFFSET 0`, which the planner
+    cannot turn around). Written as a plain join, a tenant's freshly filled tables (no
+    statistics yet) made PostgreSQL walk every job of the tenant and probe the runs for
+    each: 1.4 s for 2,000 runs of one tenant with 10,000 jobs, instead of 60 ms."""
     if not run_ids:
         return []
-    query = sql.SQL(
+    cursor.execute(
+        queue_unconstrained_sql(schema), queue_unconstrained_params(run_ids, judged_ids, now)
+    )
+    return [Queued(*row) for row in cursor.fetchall()]
+
+
+def queue_unconstrained_sql(schema: str) -> sql.Composable:
+    return sql.SQL(
         """
-        UPDATE {runs} r SET status = {queued}, queued_at = now() FROM {jobs} j
-        WHERE r.id = ANY(%s::uuid[]) AND r.status IN {admittable}
-          AND j.id = r.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
+        WITH due AS MATERIALIZED (
+            SELECT r.id, r.job_id, v.judged
+            FROM unnest(%s::uuid[], %s::bool[]) AS v(id, judged)
+            JOIN {runs} r ON r.id = v.id
+            WHERE r.status IN {admittable})
+        UPDATE {runs} r SET status = {queued}, queued_at = now()
+        FROM due d CROSS JOIN LATERAL (
+            SELECT j.paused, j.misfire_grace_seconds, j.priority, j.timeout_seconds
+            FROM {jobs} j
+            WHERE j.id = d.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
+            OFFSET 0) j
+        WHERE r.id = d.id AND r.status IN {admittable}
           AND NOT {held}
           AND (r.trigger <> 'schedule' OR r.attempt > 1
                OR (NOT j.paused
-                   AND (NOT r.id = ANY(%s::uuid[])
+                   AND (NOT d.judged
                         OR r.due_at >= %s - make_interval(secs => j.misfire_grace_seconds))))
         RETURNING r.id, j.priority, j.timeout_seconds
         """
@@ -299,8 +330,12 @@ def queue_unconstrained(
         held=sql.SQL(HELD_BY_PAUSE),
         **STATUS,
     )
-    cursor.execute(query, [pg_array(run_ids), pg_array(judged_ids), now])
-    return [Queued(*row) for row in cursor.fetchall()]
+
+
+def queue_unconstrained_params(run_ids: list, judged_ids: list, now: datetime) -> list:
+    judged = set(judged_ids)
+    flags = "{" + ",".join("t" if run_id in judged else "f" for run_id in run_ids) + "}"
+    return [pg_array(run_ids), flags, now]
 
 
 @dataclass(frozen=True)

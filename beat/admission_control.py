@@ -134,10 +134,14 @@ class AdmissionControl:
         """Waiting runs of tenants at their quota that their job's own state decides
         without taking a slot: a `forbid` job's overlap (skipped) or a `queue` job's
         (held) while the job has max_concurrent_runs in flight, a `replace` job's run while
-        the job has one to cancel (it takes that run's place), a paused or deleted job's.
-        They go to admission now: waiting for the tenant's quota would delay a decision
-        that frees or needs no slot (a `replace` run would wait behind the very run it is
-        to replace). Jobs' policies are remembered (`allow` jobs are not read again)."""
+        the job has one to cancel (it takes that run's place), a deleted job's run
+        (cancelled), a paused job's schedule slot (skipped) or dependency run (held by the
+        pause). A paused job's manual runs and retries still run, so they wait for a slot
+        like any other. These go to the fire now: waiting for the tenant's quota would
+        delay a decision that frees or needs no slot (a `replace` run would wait behind
+        the very run it is to replace). The fire takes no slot for them whatever it then
+        reads (`beat/fire.py`: such a run that would be queued waits again here). Jobs'
+        policies are remembered (`allow` jobs are not read again)."""
         out: list[Pending] = []
         for tenant_id in self.queue.tenants():
             if self._free(tenant_id) > 0:
@@ -152,19 +156,15 @@ class AdmissionControl:
             )
             if not ran:
                 continue
-            decided = set(asked) - set(rows)  # gone altogether
             for job_id, row in rows.items():
-                self._policies[(tenant_id, job_id)] = "allow" if row.deleted else row.policy
-                full = row.active >= max(row.max_concurrent, 1)
-                if (
-                    row.paused
-                    or row.deleted
-                    or (row.policy in ("forbid", "queue") and full)
-                    or (row.policy == "replace" and row.active > 0)
-                ):
-                    decided.add(job_id)
-            if decided:
-                out += self.queue.remove(tenant_id, keep=lambda e, d=decided: e.job_id not in d)
+                if not row.paused:  # a paused job is read again: its slots are decided
+                    self._policies[(tenant_id, job_id)] = "allow" if row.deleted else row.policy
+            out += self.queue.remove(
+                tenant_id,
+                keep=lambda e, r=rows, a=set(asked): (
+                    e.job_id not in a or not decided_without_slot(r.get(e.job_id), e)
+                ),
+            )
         return out
 
     def admitted(self, entries: Iterable[Pending]) -> None:
@@ -326,6 +326,20 @@ class AdmissionControl:
             "tenants": {str(t): v for t, v in self.stats(now).items()},
         }
         self.client.set(admission_stats_key(), json.dumps(body), ex=ttl_seconds)
+
+
+def decided_without_slot(row, entry: Pending) -> bool:
+    """Whether the fire decides this waiting run without queueing it, by its job's state
+    (`row`: `store.JobAdmissionRow`, None for a job gone altogether)."""
+    if row is None or row.deleted:
+        return True  # cancelled
+    if row.paused and (
+        entry.trigger == "dependency" or (entry.trigger == "schedule" and entry.attempt == 1)
+    ):
+        return True  # skipped (`paused`) or held by the pause
+    if row.policy in ("forbid", "queue"):
+        return row.active >= max(row.max_concurrent, 1)  # skipped or held
+    return row.policy == "replace" and row.active > 0  # in the place of a cancelled run
 
 
 def _job_rows(schema: str, job_ids: list[int]) -> dict:

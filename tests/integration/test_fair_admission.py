@@ -18,6 +18,7 @@ from beat.engine import EngineConfig
 from beat.loop import SchedulerProcess
 from core.clock import FakeClock
 from core.keys import ended_key
+from jobs.services import job_pause
 from runs import states, worker_registry
 from runs.execution import run_execute
 from runs.models import Run
@@ -375,3 +376,94 @@ def test_forbid_skips_overlapping_slots_even_when_the_tenant_is_at_its_quota(
         ("12:03", states.SKIPPED, states.SKIP_OVERLAP),
         ("12:04", states.SKIPPED, states.SKIP_OVERLAP),
     ]
+
+
+# --- runs passed for a policy decision take no slot (an audit's probes) ----------------
+
+
+def test_a_paused_jobs_manual_runs_wait_for_the_quota_like_any_other(live, redis_client, limits):
+    """Found by an audit: at the quota, a paused job's waiting runs went to the fire as
+    'decided by the pause', and the fire queued its manual runs (a pause skips schedule
+    slots only): quota 1, four runs in flight."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    busy = make_job(alpha, clock, name="busy", schedule=None, target=NOOP)
+    paused = make_job(alpha, clock, name="paused", schedule=None, target=NOOP)
+    _trigger(alpha, clock, busy, 2)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    first = _take_messages(redis_client)
+    assert len(first) == 1
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=paused.id, clock=clock)
+    manual = _trigger(alpha, clock, paused, 3)
+    _cycle(engine, clock)
+    assert _take_messages(redis_client) == []
+    assert _in_flight(alpha) == 1
+    assert engine.runs_waiting_for_admission() == 4  # busy's second and the three manual
+    assert {r.status for r in runs_of(alpha, job_id=paused.id)} == {states.SCHEDULED}
+    sent = first
+    for _ in range(4):  # one at a time as each ends, the manual runs of the paused job too
+        _execute(sent, clock)
+        _cycle(engine, clock)
+        sent = _take_messages(redis_client)
+        assert len(sent) == 1 and _in_flight(alpha) == 1
+    _execute(sent, clock)
+    assert {r.status for r in runs_of(alpha, id__in=[r.id for r in manual])} == {states.SUCCEEDED}
+
+
+def test_a_paused_jobs_schedule_slots_are_still_skipped_at_the_quota(live, redis_client, limits):
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    busy = make_job(alpha, clock, name="busy", schedule=None, target=NOOP)
+    cron = make_job(alpha, clock, name="cron", schedule={"cron": "* * * * *"})
+    _trigger(alpha, clock, busy, 1)
+    engine = _engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 30))
+    engine.materialise()  # cron's 12:01 run is in memory, prepared
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1  # busy's: the tenant is at its quota
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=cron.id, clock=clock)
+    clock.set(utc(2026, 6, 1, 12, 1))
+    _cycle(engine, clock)
+    assert _take_messages(redis_client) == []
+    assert _statuses(alpha)[-1:] == [("12:01", states.SKIPPED, states.SKIP_PAUSED)]
+    assert engine.runs_waiting_for_admission() == 0
+
+
+def test_a_policy_decision_made_stale_by_an_end_takes_no_uncounted_slot(
+    live, redis_client, limits, monkeypatch
+):
+    """A `forbid` job's running run ends between the leader's read of the job (full: its
+    waiting run is to be skipped) and the fire's own read (free: the run is to be
+    queued). The leader has not read the end report yet, so that run would go on a slot
+    it counts as taken: it waits for the report and goes through the fair queue."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, name="f", schedule=None, target=NOOP, concurrency_policy="forbid")
+    _trigger(alpha, clock, job, 1)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    [first] = _take_messages(redis_client)
+    [waiting] = _trigger(alpha, clock, job, 1)
+    read = engine.admission.decided_by_policy
+
+    def read_then_end():
+        decided = read()
+        _execute([first], clock)  # ends now; its report waits in Redis
+        return decided
+
+    monkeypatch.setattr(engine.admission, "decided_by_policy", read_then_end)
+    engine.load_run_index()
+    engine.fire()
+    monkeypatch.undo()
+    assert _take_messages(redis_client) == []
+    assert engine.admission.stats(clock.now().timestamp())[alpha.id]["in_flight"] <= 1
+    assert engine.runs_waiting_for_admission() == 1
+    _cycle(engine, clock)  # the report read: the slot is free, and the run goes
+    [sent] = _take_messages(redis_client)
+    assert sent[1] == str(waiting.id) and _in_flight(alpha) == 1

@@ -140,8 +140,9 @@ class AdmissionControl:
         like any other. These go to the fire now: waiting for the tenant's quota would
         delay a decision that frees or needs no slot (a `replace` run would wait behind
         the very run it is to replace). The fire takes no slot for them whatever it then
-        reads (`beat/fire.py`: such a run that would be queued waits again here). Jobs'
-        policies are remembered (`allow` jobs are not read again)."""
+        reads (`beat/fire.py`: such a run that would be queued waits again here, and a
+        `replace` job queues no more of them than it cancels). Jobs' policies are
+        remembered (`allow` jobs are not read again)."""
         out: list[Pending] = []
         for tenant_id in self.queue.tenants():
             if self._free(tenant_id) > 0:
@@ -170,6 +171,11 @@ class AdmissionControl:
     def admitted(self, entries: Iterable[Pending]) -> None:
         for entry in entries:
             self.in_flight.add(entry.tenant_id, entry.run_id, entry.attempt)
+
+    def ended(self, tenant_id: int, pairs: Iterable[tuple]) -> None:
+        """Attempts the fire itself ended (a `replace` job's cancelled runs)."""
+        for run_id, attempt in pairs:
+            self.in_flight.end(tenant_id, run_id, attempt)
 
     def read_ended(self) -> int:
         """Attempts reported ended since the last read free their tenants' slots."""

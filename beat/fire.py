@@ -19,7 +19,8 @@ Runs that fair admission passed while their tenant was at its quota, for their j
 to decide (`AdmissionControl.decided_by_policy`), take no slot: they skip the one-statement
 path, and one the decision would queue waits in the fair queue again, unless it takes the
 place of a run of its own `replace` job cancelled in the same transaction
-(`within_freed_slots`).
+(`within_freed_slots`). So however the job changed since the leader's read, nothing gets
+past the quota that way.
 
 If a statement fails for one tenant (its schema dropped, a row of it locked for longer than
 `SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS`), that tenant starts its back-off at once and the
@@ -30,7 +31,7 @@ between schemas, so a slow tenant cannot outlast it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -40,7 +41,7 @@ from django.db import connection, transaction
 from runs import states
 
 from . import store
-from .admission import DueRun, JobLimits, admit
+from .admission import DueRun, JobLimits, admit, within_freed_slots
 from .faults import isolated, must_step_down
 from .metrics import record_fire
 from .pending import Pending
@@ -69,6 +70,7 @@ class Admitted:
     skipped: int = 0
     cancelled: int = 0
     ended_jobs: set[int] = field(default_factory=set)  # jobs whose active runs were cancelled
+    ended: list[tuple] = field(default_factory=list)  # (run id, attempt) of those runs
     waiting: list[Pending] = field(default_factory=list)  # back to the fair queue (no slot)
 
 
@@ -191,6 +193,7 @@ def _apply(
     stats.published += len(result.queued)
     if engine.admission is not None:
         engine.admission.admitted(result.queued)
+        engine.admission.ended(entries[0].tenant_id, result.ended)
         engine.admission.offer(result.waiting)
     stats.lags.extend(published_at - e.due for e in result.queued)
     record_fire(entries[0].schema, result.queued, result.skipped, result.cancelled, published_at)
@@ -248,19 +251,21 @@ def _admit_the_rest(
         [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
         {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
     )
-    result.cancelled += store.cancel_active_runs_of_jobs(
+    replaced = store.cancel_active_runs_of_jobs(
         cursor, schema, decision.replace_jobs, "replaced by a newer run", now
     )
+    result.cancelled += len(replaced)
+    result.ended += [(run_id, attempt) for _, run_id, attempt in replaced]
     result.ended_jobs.update(decision.replace_jobs)
-    to_queue, waiting = within_freed_slots(
+    to_queue, waiting, superseded = within_freed_slots(
         decision.queue,
         {run_id: by_id[run_id].job_id for run_id in decision.queue},
         no_slot,
-        set(decision.replace_jobs),
+        Counter(job_id for job_id, _, _ in replaced),
     )
     result.waiting += [by_id[run_id] for run_id in waiting]
     result.cancelled += store.cancel_runs(
-        cursor, schema, decision.supersede, "superseded by a newer run", now
+        cursor, schema, decision.supersede + superseded, "superseded by a newer run", now
     )
     result.skipped += store.mark_skipped(
         cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
@@ -271,24 +276,6 @@ def _admit_the_rest(
             entry, job = by_id[run_id], jobs[by_id[run_id].job_id]
             result.queued.append(engine.runs.rebuilt(entry, job.priority, job.timeout_seconds))
     result.held += [by_id[run_id] for run_id in decision.hold]
-
-
-def within_freed_slots(
-    queue: list, job_of: dict, no_slot: frozenset, replacing: set
-) -> tuple[list, list]:
-    """(runs to queue, runs to wait again for admission) of the decision's `queue`. A run
-    in `no_slot` came while its tenant was at its quota
-    (`AdmissionControl.decided_by_policy`), so it may take only a slot its own job's
-    cancels free in this very statement (`replacing`: `replace` jobs with runs to cancel);
-    otherwise (a paused job resumed, a `forbid` job's run ended after the leader's read)
-    it waits for a slot like any other run."""
-    go, wait = [], []
-    for run_id in queue:
-        if run_id in no_slot and job_of[run_id] not in replacing:
-            wait.append(run_id)
-        else:
-            go.append(run_id)
-    return go, wait
 
 
 def _split_by_job_state(entries: list[Pending], jobs: dict[int, store.JobAdmissionRow]):

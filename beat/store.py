@@ -376,18 +376,19 @@ def cancel_runs(cursor, schema: str, run_ids: list, error: str, now: datetime) -
 
 def cancel_active_runs_of_jobs(
     cursor, schema: str, job_ids: list[int], error: str, now: datetime
-) -> int:
-    """`replace` policy: the jobs' queued and running runs are cancelled."""
+) -> list[tuple[int, Any, int]]:
+    """`replace` policy: the jobs' queued and running runs are cancelled; returns the
+    (job id, run id, attempt) of each (their tenant's quota slots are free)."""
     if not job_ids:
-        return 0
+        return []
     query = sql.SQL(
         """
         UPDATE {runs} SET status = {cancelled}, error = %s, finished_at = %s
-        WHERE job_id = ANY(%s) AND status IN {active}
+        WHERE job_id = ANY(%s) AND status IN {active} RETURNING job_id, id, attempt
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [error, now, job_ids])
-    return cursor.rowcount
+    return [tuple(row) for row in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

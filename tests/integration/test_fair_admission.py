@@ -434,6 +434,46 @@ def test_a_paused_jobs_schedule_slots_are_still_skipped_at_the_quota(live, redis
     assert engine.runs_waiting_for_admission() == 0
 
 
+def test_replace_at_the_quota_queues_no_more_runs_than_it_cancels(live, redis_client, limits):
+    """Found by an audit: a `replace` job with max_concurrent_runs=3 of a tenant at quota 1
+    cancelled its one run and queued three."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(
+        alpha,
+        clock,
+        name="rep",
+        schedule=None,
+        target=NOOP,
+        concurrency_policy="replace",
+        max_concurrent_runs=3,
+    )
+    [old] = _trigger(alpha, clock, job, 1)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+    clock.advance(1)
+    newer = []
+    for _ in range(3):
+        newer += _trigger(alpha, clock, job, 1)
+        clock.advance(1)
+    _cycle(engine, clock)
+    [sent] = _take_messages(redis_client)
+    assert _in_flight(alpha) == 1
+    assert sent[1] == str(newer[-1].id)  # the newest takes the cancelled run's place
+    with schema_context(alpha.schema_name):
+        status = dict(Run.objects.values_list("id", "status"))
+        errors = dict(Run.objects.values_list("id", "error"))
+    assert status[old.id] == states.CANCELLED and errors[old.id] == "replaced by a newer run"
+    for run in newer[:2]:  # admitted later, they would replace the newer run
+        assert status[run.id] == states.CANCELLED
+        assert errors[run.id] == "superseded by a newer run"
+    assert engine.runs_waiting_for_admission() == 0
+    # The leader let the cancelled attempt go at once: its count is the truth.
+    assert engine.admission.stats(clock.now().timestamp())[alpha.id]["in_flight"] == 1
+
+
 def test_a_policy_decision_made_stale_by_an_end_takes_no_uncounted_slot(
     live, redis_client, limits, monkeypatch
 ):

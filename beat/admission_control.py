@@ -4,12 +4,17 @@ queue, and the choice of what goes next is made as late as possible (ADR 0011).
 
 - **Quota**: a tenant has at most `max_concurrency` runs in flight (queued or running).
   The leader counts them exactly: each (run, attempt) it admits is added, each one a
-  worker or a service reports ended (`tw:ended`) is removed, and a tenant's set is
-  replaced by a recount from PostgreSQL when it first has runs waiting, and again while it
-  waits at its quota (every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS`). Only this leader moves
-  runs into flight, and workers only take them out, so the count is never below the truth:
-  a lost report (a worker killed after its finish, Redis flushed) can only hold a slot
-  until the next recount, never admit one run too many.
+  worker or a service reports ended (`tw:ended`), or the fire cancels (`replace`), is
+  removed, and a tenant's set is replaced by a recount from PostgreSQL when it first has
+  runs waiting, and again while it waits at its quota (every
+  `SCHEDULER_INFLIGHT_RECOUNT_SECONDS`). Only this leader moves runs into flight (runs it
+  passes for their job's state to decide while the tenant is at its quota take no slot:
+  `decided_by_policy`), and workers only take them out, so the count is never below the
+  truth: a lost report (a worker killed after its finish, Redis flushed) can only hold a
+  slot until the next recount, never admit one run too many. One exception (ADR 0011): a
+  worker that claims a `scheduled` run from a stale message (a fire whose commit was lost
+  after its push, a deposed leader's last push) puts in flight a run the leader never
+  counted, and the tenant is over its quota by such runs until the next recount.
 - **Watermark**: the broker holds at most `SCHEDULER_ADMISSION_BACKLOG_PER_SLOT` messages
   per live worker slot (workers register themselves, `runs/worker_registry.py`), and at
   least `SCHEDULER_ADMISSION_BACKLOG_MIN` (the depths: `core/broker.py`, Redis or RabbitMQ).

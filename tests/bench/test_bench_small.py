@@ -41,3 +41,14 @@ def test_benchmarks_run_at_a_small_size(bench_cleanup):
     assert figures["fire_lag"]["fired"] == figures["fire_lag"]["jobs"] == 2000
     assert figures["retention"]["pruned"] == figures["retention"]["expected"]
     assert figures["retention"]["old_runs_left"] == 20_000 - figures["retention"]["expected"]
+
+
+def test_fire_lag_can_run_with_fair_admission_off_for_comparison(bench_cleanup):
+    """docs/benchmarks.md compares the fire lag with fair admission on and off: the
+    benchmark must be able to turn it off (`fire-lag --no-admission`)."""
+    from bench import fire_lag
+
+    off = fire_lag.run(100, 2, tenant_count=1, lead_seconds=2, lookahead=10, admission=False)
+    assert off["fair_admission"] is False and off["fired"] == 100
+    on = fire_lag.run(100, 2, tenant_count=1, lead_seconds=2, lookahead=10)
+    assert on["fair_admission"] is True and on["fired"] == 100

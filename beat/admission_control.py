@@ -6,12 +6,13 @@ queue, and the choice of what goes next is made as late as possible (ADR 0011).
   The leader counts them exactly: each (run, attempt) it admits is added, each one a
   worker or a service reports ended (`tw:ended`), or the fire cancels (`replace`), is
   removed, and a tenant's set is replaced by a recount from PostgreSQL when it first has
-  runs waiting, and again while it waits at its quota (every
-  `SCHEDULER_INFLIGHT_RECOUNT_SECONDS`). Only this leader moves runs into flight (runs it
-  passes for their job's state to decide while the tenant is at its quota take no slot:
-  `decided_by_policy`), and workers only take them out, so the count is never below the
-  truth: a lost report (a worker killed after its finish, Redis flushed) can only hold a
-  slot until the next recount, never admit one run too many. One exception (ADR 0011): a
+  runs waiting, and again every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS` while it has runs
+  waiting or in flight (those with nothing waiting a bounded number a second). Only this
+  leader moves runs into flight (runs it passes for their job's state to decide while the
+  tenant is at its quota take no slot: `decided_by_policy`), and workers only take them
+  out, so the count is never below the truth: a lost report (a worker killed after its
+  finish, Redis flushed) can only hold a slot until the next recount, never admit one run
+  too many. One exception (ADR 0011): a
   worker that claims a `scheduled` run from a stale message (a fire whose commit was lost
   after its push, a deposed leader's last push) puts in flight a run the leader never
   counted, and the tenant is over its quota by such runs until the next recount.
@@ -26,6 +27,7 @@ Waiting runs stay `scheduled` in PostgreSQL: a new leader relays them like any o
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import time
@@ -50,6 +52,8 @@ from .store import job_admission_rows
 log = logging.getLogger("beat.admission")
 
 RECOUNT_CHUNK = 25  # tenant schemas per recount statement (about 13 locks each)
+IDLE_RECOUNT_TENANTS = 4 * RECOUNT_CHUNK  # tenants with nothing waiting, per pass (bounded)
+IDLE_RECOUNT_EVERY = 1.0  # seconds between two such passes, at most
 ENDED_BATCH = 10_000
 
 
@@ -102,6 +106,10 @@ class InFlight:
         if pairs is not None:
             pairs.discard((str(run_id), int(attempt)))
 
+    def forget(self, tenant_id: int) -> None:
+        self.attempts.pop(tenant_id, None)
+        self.counted_at.pop(tenant_id, None)
+
     def replace(self, tenant_id: int, pairs: Iterable[tuple[str, int]], at: float) -> None:
         self.attempts[tenant_id] = {(str(r), int(a)) for r, a in pairs}
         self.counted_at[tenant_id] = at
@@ -127,6 +135,7 @@ class AdmissionControl:
         self._schemas: dict[int, str] = {}
         self._flagged = False
         self._policies: dict[tuple[int, int], str] = {}  # (tenant, job) -> concurrency policy
+        self._idle_recount_at = float("-inf")
         self.last_room: int | None = None
 
     # --- runs in ---------------------------------------------------------------------------
@@ -205,6 +214,7 @@ class AdmissionControl:
         `scheduled`, and the relay finds them once the tenant is resumed."""
         if not len(self.queue):
             self._flag(False)
+            self._recount_idle(now)
             return [], {}, []
         self._refresh_limits(now)
         dropped = [
@@ -214,6 +224,7 @@ class AdmissionControl:
             for entry in self.queue.remove(tenant_id, keep=lambda _entry: False)
         ]
         self._recount(now)
+        self._recount_idle(now)
         uncounted = {
             tenant_id: self.queue.remove(tenant_id, keep=lambda _entry: False)
             for tenant_id in self.queue.tenants()
@@ -284,6 +295,41 @@ class AdmissionControl:
             counted = self.in_flight.counted_at.get(tenant_id)
             if counted is None or now - counted >= self.config.recount_seconds:
                 due.append((tenant_id, self._schemas[tenant_id]))
+        self._recount_tenants(due, now)
+
+    def _recount_idle(self, now: float) -> None:
+        """Tenants with runs in flight and none waiting are counted again too, so that a
+        lost end report does not leave their count (scheduler_status, the in-flight
+        metric, and the slots they find when runs come again) wrong for good. Bounded: at
+        most `IDLE_RECOUNT_TENANTS` a pass (the longest uncounted first) and one pass a
+        second, so beyond that many tenants in flight the interval stretches. A tenant
+        gone from the directory (deleted) is forgotten instead."""
+        if now - self._idle_recount_at < min(IDLE_RECOUNT_EVERY, self.config.recount_seconds):
+            return
+        self._idle_recount_at = now
+        waiting = set(self.queue.tenants())
+        stale = [
+            tenant_id
+            for tenant_id, pairs in self.in_flight.attempts.items()
+            if pairs
+            and tenant_id not in waiting
+            and tenant_id in self._schemas
+            and now - self.in_flight.counted_at.get(tenant_id, float("-inf"))
+            >= self.config.recount_seconds
+        ]
+        if not stale:
+            return
+        self._refresh_limits(now)
+        for tenant_id in [t for t in stale if t not in self._limits]:
+            self.in_flight.forget(tenant_id)
+        oldest = heapq.nsmallest(
+            IDLE_RECOUNT_TENANTS,
+            (t for t in stale if t in self._limits),
+            key=lambda t: self.in_flight.counted_at.get(t, float("-inf")),
+        )
+        self._recount_tenants([(t, self._schemas[t]) for t in oldest], now)
+
+    def _recount_tenants(self, due: list[tuple[int, str]], now: float) -> None:
         for start in range(0, len(due), RECOUNT_CHUNK):
             chunk = due[start : start + RECOUNT_CHUNK]
             try:

@@ -6,6 +6,7 @@ worker would, which reports the end the way workers do."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
@@ -507,3 +508,66 @@ def test_a_policy_decision_made_stale_by_an_end_takes_no_uncounted_slot(
     _cycle(engine, clock)  # the report read: the slot is free, and the run goes
     [sent] = _take_messages(redis_client)
     assert sent[1] == str(waiting.id) and _in_flight(alpha) == 1
+
+
+# --- the recount of tenants with nothing waiting ----------------------------------------
+
+
+def _leader_counts(engine, clock, tenant) -> int:
+    stats = engine.admission.stats(clock.now().timestamp())
+    return stats.get(tenant.id, {"in_flight": 0})["in_flight"]
+
+
+def _admit_and_lose_the_reports(engine, redis_client, clock, tenant, count: int) -> None:
+    job = make_job(tenant, clock, name=f"lost-{tenant.slug}", schedule=None, target=NOOP)
+    _trigger(tenant, clock, job, count)
+    _cycle(engine, clock)
+    _execute(_take_messages(redis_client), clock)
+    redis_client.delete(ended_key())  # the workers died before their reports reached Redis
+    assert _in_flight(tenant) == 0
+
+
+def test_a_tenant_with_nothing_waiting_is_recounted_too(live, redis_client):
+    """Found by an audit: only tenants with runs waiting were recounted, so after a lost
+    end report an idle tenant's count (scheduler_status's `admission`, the
+    tickwork_admission_in_flight_runs metric) stayed wrong for good."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    _admit_and_lose_the_reports(engine, redis_client, clock, alpha, 2)
+    _cycle(engine, clock)
+    assert _leader_counts(engine, clock, alpha) == 2  # not yet: counted under 5 s ago
+    clock.advance(5)
+    _cycle(engine, clock)  # nothing is due or waiting: the fire still recounts
+    assert _leader_counts(engine, clock, alpha) == 0
+    engine.admission.publish(clock.now().timestamp())
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    status = json.loads(out.getvalue())
+    assert str(alpha.id) not in status["admission"]["tenants"]  # nothing in flight or waiting
+    [row] = [r for r in status["tenants"] if r["tenant"] == alpha.slug]
+    assert (row["in_flight"], row["waiting"]) == (0, 0)
+
+
+def test_the_recount_of_tenants_with_nothing_waiting_is_bounded(live, redis_client, monkeypatch):
+    from beat import admission_control
+
+    monkeypatch.setattr(admission_control, "IDLE_RECOUNT_TENANTS", 1)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    _admit_and_lose_the_reports(engine, redis_client, clock, alpha, 2)
+    clock.advance(1)
+    _admit_and_lose_the_reports(engine, redis_client, clock, beta, 3)
+    clock.advance(5)  # both counts are stale now
+    _cycle(engine, clock)
+    assert (_leader_counts(engine, clock, alpha), _leader_counts(engine, clock, beta)) == (0, 3)
+    _cycle(engine, clock)  # at most one pass a second
+    assert _leader_counts(engine, clock, beta) == 3
+    clock.advance(1)
+    _cycle(engine, clock)
+    assert _leader_counts(engine, clock, beta) == 0

@@ -571,3 +571,80 @@ def test_the_recount_of_tenants_with_nothing_waiting_is_bounded(live, redis_clie
     clock.advance(1)
     _cycle(engine, clock)
     assert _leader_counts(engine, clock, beta) == 0
+
+
+# --- what operators see and set ----------------------------------------------------------
+
+
+def _status() -> dict:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_scheduler_status_shows_each_tenants_quota_in_flight_and_waiting(
+    live, redis_client, limits
+):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    limits(alpha, max_concurrency=2, weight=3)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 5)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 2
+    clock.advance(4)
+    engine.admission.publish(clock.now().timestamp())
+    status = _status()
+    rows = {row["tenant"]: row for row in status["tenants"]}  # PostgreSQL's figures
+    assert {k: rows["alpha"][k] for k in ("max_concurrency", "weight", "in_flight", "waiting")} == {
+        "max_concurrency": 2,
+        "weight": 3,
+        "in_flight": 2,
+        "waiting": 3,
+    }
+    assert rows["alpha"]["suspended"] is False and rows["alpha"]["oldest_wait_seconds"] > 0
+    assert (rows["beta"]["in_flight"], rows["beta"]["waiting"]) == (0, 0)
+    assert rows["beta"]["oldest_wait_seconds"] is None
+    leader = status["admission"]["tenants"]  # the leader's own view, by tenant id
+    assert leader[str(alpha.id)] == {
+        "in_flight": 2,
+        "max_concurrency": 2,
+        "weight": 3,
+        "waiting": 3,
+        "oldest_wait_seconds": 4.0,
+    }
+    assert str(beta.id) not in leader
+
+
+def test_provision_tenant_update_max_concurrency_takes_effect_without_a_restart(
+    live, redis_client, limits
+):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1, weight=2)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 5)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+    out = StringIO()
+    call_command("provision_tenant", "alpha", "--update", "--max-concurrency", "3", stdout=out)
+    assert "weight 2, max concurrency 3" in out.getvalue()  # the weight is left as it was
+    alpha.refresh_from_db()
+    assert (alpha.max_concurrency, alpha.weight) == (3, 2)
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("provision_tenant", "alpha", "--update", "--max-concurrency", "0")
+    alpha.refresh_from_db()
+    assert alpha.max_concurrency == 3
+    clock.advance(5)  # the leader reads the limits again within its refresh
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 2 and _in_flight(alpha) == 3

@@ -206,8 +206,11 @@ class AdmissionControl:
         return len(raw)
 
     # --- runs out --------------------------------------------------------------------------
-    def choose(self, now: float) -> tuple[list[Pending], dict[int, list[Pending]], list[Pending]]:
-        """The waiting runs to admit now, oldest first (the fire chunks' order); the
+    def choose(
+        self, now: float, limit: int | None = None
+    ) -> tuple[list[Pending], dict[int, list[Pending]], list[Pending]]:
+        """The waiting runs to admit now (at most `limit`), oldest first (the fire chunks'
+        order); the
         waiting runs of tenants that could not be counted (their data broken: they wait
         for the tenant's back-off, as a failed admission's runs do); and those of tenants
         suspended (or gone) since they were offered, to be forgotten: they stay
@@ -232,6 +235,8 @@ class AdmissionControl:
         }
         room = self._room(time.time())  # worker registrations are wall-clock times
         self.last_room = room
+        if limit is not None:
+            room = limit if room is None else min(room, limit)
         taken = self.queue.take(
             room,
             self._free,

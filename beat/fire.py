@@ -78,19 +78,23 @@ class Admitted:
 
 
 def fire(engine: Engine) -> FireStats:
-    """At most `FIRE_CHUNKS_PER_CALL` chunks' worth of the due runs: a burst of 100,000
-    due at once, offered to admission in one go, held the loop 1.7 s between two renewals
-    of a 2 s lease; what is left is still due, so the loop comes back at once."""
+    """At most `FIRE_CHUNKS_PER_CALL` chunks' worth of runs per call: a burst of 100,000
+    due at once, admitted in one go, held the loop 1.7 s between two renewals of a 2 s
+    lease. With fair admission every due run still joins the fair queue (in parts, with a
+    renewal between them), so that the choice among tenants sees them all, and admission
+    takes at most that many; `engine.fire_limited` then tells the loop to come back at once.
+    Without it, the oldest due are taken and the rest stay due."""
     now = engine.clock.now()
     stats = FireStats()
-    due = engine.runs.pop_due(
-        now.timestamp(), limit=engine.config.fire_chunk * FIRE_CHUNKS_PER_CALL
-    )
+    per_call = engine.config.fire_chunk * FIRE_CHUNKS_PER_CALL
     no_slot: frozenset = frozenset()
     if engine.admission is not None:  # what goes now, by quota, broker room and fair share
-        engine.admission.offer(due)
-        engine.checkpoint()
-        due, uncounted, dropped = engine.admission.choose(now.timestamp())
+        due = engine.runs.pop_due(now.timestamp())
+        for start in range(0, len(due), per_call):
+            engine.admission.offer(due[start : start + per_call])
+            engine.checkpoint()
+        due, uncounted, dropped = engine.admission.choose(now.timestamp(), limit=per_call)
+        engine.fire_limited = len(due) >= per_call
         engine.runs.forget(e.run_id for e in dropped)
         decided = engine.admission.decided_by_policy()  # tenants at their quota: no slot
         no_slot = frozenset(e.run_id for e in decided)
@@ -99,6 +103,9 @@ def fire(engine: Engine) -> FireStats:
         for entries in uncounted.values():
             engine.defer_runs(entries)
             stats.deferred += len(entries)
+    else:
+        due = engine.runs.pop_due(now.timestamp(), limit=per_call)
+        engine.fire_limited = False  # what is left is still due: the loop does not sleep
     for chunk in chunks(due, engine.config.fire_chunk, engine.config.fire_chunk_schemas):
         engine.checkpoint()
         _fire_chunk(engine, chunk, now, stats, no_slot)

@@ -4,12 +4,18 @@ queue, and the choice of what goes next is made as late as possible (ADR 0011).
 
 - **Quota**: a tenant has at most `max_concurrency` runs in flight (queued or running).
   The leader counts them exactly: each (run, attempt) it admits is added, each one a
-  worker or a service reports ended (`tw:ended`) is removed, and a tenant's set is
-  replaced by a recount from PostgreSQL when it first has runs waiting, and again while it
-  waits at its quota (every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS`). Only this leader moves
-  runs into flight, and workers only take them out, so the count is never below the truth:
-  a lost report (a worker killed after its finish, Redis flushed) can only hold a slot
-  until the next recount, never admit one run too many.
+  worker or a service reports ended (`tw:ended`), or the fire cancels (`replace`), is
+  removed, and a tenant's set is replaced by a recount from PostgreSQL when it first has
+  runs waiting, and again every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS` while it has runs
+  waiting or in flight (those with nothing waiting a bounded number a second). Only this
+  leader moves runs into flight (runs it passes for their job's state to decide while the
+  tenant is at its quota take no slot: `decided_by_policy`), and workers only take them
+  out, so the count is never below the truth: a lost report (a worker killed after its
+  finish, Redis flushed) can only hold a slot until the next recount, never admit one run
+  too many. One exception (ADR 0011): a
+  worker that claims a `scheduled` run from a stale message (a fire whose commit was lost
+  after its push, a deposed leader's last push) puts in flight a run the leader never
+  counted, and the tenant is over its quota by such runs until the next recount.
 - **Watermark**: the broker holds at most `SCHEDULER_ADMISSION_BACKLOG_PER_SLOT` messages
   per live worker slot (workers register themselves, `runs/worker_registry.py`), and at
   least `SCHEDULER_ADMISSION_BACKLOG_MIN` (the depths: `core/broker.py`, Redis or RabbitMQ).
@@ -21,6 +27,7 @@ Waiting runs stay `scheduled` in PostgreSQL: a new leader relays them like any o
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import time
@@ -45,6 +52,8 @@ from .store import job_admission_rows
 log = logging.getLogger("beat.admission")
 
 RECOUNT_CHUNK = 25  # tenant schemas per recount statement (about 13 locks each)
+IDLE_RECOUNT_TENANTS = 4 * RECOUNT_CHUNK  # tenants with nothing waiting, per pass (bounded)
+IDLE_RECOUNT_EVERY = 1.0  # seconds between two such passes, at most
 ENDED_BATCH = 10_000
 
 
@@ -97,6 +106,10 @@ class InFlight:
         if pairs is not None:
             pairs.discard((str(run_id), int(attempt)))
 
+    def forget(self, tenant_id: int) -> None:
+        self.attempts.pop(tenant_id, None)
+        self.counted_at.pop(tenant_id, None)
+
     def replace(self, tenant_id: int, pairs: Iterable[tuple[str, int]], at: float) -> None:
         self.attempts[tenant_id] = {(str(r), int(a)) for r, a in pairs}
         self.counted_at[tenant_id] = at
@@ -122,6 +135,7 @@ class AdmissionControl:
         self._schemas: dict[int, str] = {}
         self._flagged = False
         self._policies: dict[tuple[int, int], str] = {}  # (tenant, job) -> concurrency policy
+        self._idle_recount_at = float("-inf")
         self.last_room: int | None = None
 
     # --- runs in ---------------------------------------------------------------------------
@@ -134,10 +148,15 @@ class AdmissionControl:
         """Waiting runs of tenants at their quota that their job's own state decides
         without taking a slot: a `forbid` job's overlap (skipped) or a `queue` job's
         (held) while the job has max_concurrent_runs in flight, a `replace` job's run while
-        the job has one to cancel (it takes that run's place), a paused or deleted job's.
-        They go to admission now: waiting for the tenant's quota would delay a decision
-        that frees or needs no slot (a `replace` run would wait behind the very run it is
-        to replace). Jobs' policies are remembered (`allow` jobs are not read again)."""
+        the job has one to cancel (it takes that run's place), a deleted job's run
+        (cancelled), a paused job's schedule slot (skipped) or dependency run (held by the
+        pause). A paused job's manual runs and retries still run, so they wait for a slot
+        like any other. These go to the fire now: waiting for the tenant's quota would
+        delay a decision that frees or needs no slot (a `replace` run would wait behind
+        the very run it is to replace). The fire takes no slot for them whatever it then
+        reads (`beat/fire.py`: such a run that would be queued waits again here, and a
+        `replace` job queues no more of them than it cancels). Jobs' policies are
+        remembered (`allow` jobs are not read again)."""
         out: list[Pending] = []
         for tenant_id in self.queue.tenants():
             if self._free(tenant_id) > 0:
@@ -152,24 +171,25 @@ class AdmissionControl:
             )
             if not ran:
                 continue
-            decided = set(asked) - set(rows)  # gone altogether
             for job_id, row in rows.items():
-                self._policies[(tenant_id, job_id)] = "allow" if row.deleted else row.policy
-                full = row.active >= max(row.max_concurrent, 1)
-                if (
-                    row.paused
-                    or row.deleted
-                    or (row.policy in ("forbid", "queue") and full)
-                    or (row.policy == "replace" and row.active > 0)
-                ):
-                    decided.add(job_id)
-            if decided:
-                out += self.queue.remove(tenant_id, keep=lambda e, d=decided: e.job_id not in d)
+                if not row.paused:  # a paused job is read again: its slots are decided
+                    self._policies[(tenant_id, job_id)] = "allow" if row.deleted else row.policy
+            out += self.queue.remove(
+                tenant_id,
+                keep=lambda e, r=rows, a=set(asked): (
+                    e.job_id not in a or not decided_without_slot(r.get(e.job_id), e)
+                ),
+            )
         return out
 
     def admitted(self, entries: Iterable[Pending]) -> None:
         for entry in entries:
             self.in_flight.add(entry.tenant_id, entry.run_id, entry.attempt)
+
+    def ended(self, tenant_id: int, pairs: Iterable[tuple]) -> None:
+        """Attempts the fire itself ended (a `replace` job's cancelled runs)."""
+        for run_id, attempt in pairs:
+            self.in_flight.end(tenant_id, run_id, attempt)
 
     def read_ended(self) -> int:
         """Attempts reported ended since the last read free their tenants' slots."""
@@ -186,14 +206,18 @@ class AdmissionControl:
         return len(raw)
 
     # --- runs out --------------------------------------------------------------------------
-    def choose(self, now: float) -> tuple[list[Pending], dict[int, list[Pending]], list[Pending]]:
-        """The waiting runs to admit now, oldest first (the fire chunks' order); the
+    def choose(
+        self, now: float, limit: int | None = None
+    ) -> tuple[list[Pending], dict[int, list[Pending]], list[Pending]]:
+        """The waiting runs to admit now (at most `limit`), oldest first (the fire chunks'
+        order); the
         waiting runs of tenants that could not be counted (their data broken: they wait
         for the tenant's back-off, as a failed admission's runs do); and those of tenants
         suspended (or gone) since they were offered, to be forgotten: they stay
         `scheduled`, and the relay finds them once the tenant is resumed."""
         if not len(self.queue):
             self._flag(False)
+            self._recount_idle(now)
             return [], {}, []
         self._refresh_limits(now)
         dropped = [
@@ -203,6 +227,7 @@ class AdmissionControl:
             for entry in self.queue.remove(tenant_id, keep=lambda _entry: False)
         ]
         self._recount(now)
+        self._recount_idle(now)
         uncounted = {
             tenant_id: self.queue.remove(tenant_id, keep=lambda _entry: False)
             for tenant_id in self.queue.tenants()
@@ -210,6 +235,8 @@ class AdmissionControl:
         }
         room = self._room(time.time())  # worker registrations are wall-clock times
         self.last_room = room
+        if limit is not None:
+            room = limit if room is None else min(room, limit)
         taken = self.queue.take(
             room,
             self._free,
@@ -273,6 +300,41 @@ class AdmissionControl:
             counted = self.in_flight.counted_at.get(tenant_id)
             if counted is None or now - counted >= self.config.recount_seconds:
                 due.append((tenant_id, self._schemas[tenant_id]))
+        self._recount_tenants(due, now)
+
+    def _recount_idle(self, now: float) -> None:
+        """Tenants with runs in flight and none waiting are counted again too, so that a
+        lost end report does not leave their count (scheduler_status, the in-flight
+        metric, and the slots they find when runs come again) wrong for good. Bounded: at
+        most `IDLE_RECOUNT_TENANTS` a pass (the longest uncounted first) and one pass a
+        second, so beyond that many tenants in flight the interval stretches. A tenant
+        gone from the directory (deleted) is forgotten instead."""
+        if now - self._idle_recount_at < min(IDLE_RECOUNT_EVERY, self.config.recount_seconds):
+            return
+        self._idle_recount_at = now
+        waiting = set(self.queue.tenants())
+        stale = [
+            tenant_id
+            for tenant_id, pairs in self.in_flight.attempts.items()
+            if pairs
+            and tenant_id not in waiting
+            and tenant_id in self._schemas
+            and now - self.in_flight.counted_at.get(tenant_id, float("-inf"))
+            >= self.config.recount_seconds
+        ]
+        if not stale:
+            return
+        self._refresh_limits(now)
+        for tenant_id in [t for t in stale if t not in self._limits]:
+            self.in_flight.forget(tenant_id)
+        oldest = heapq.nsmallest(
+            IDLE_RECOUNT_TENANTS,
+            (t for t in stale if t in self._limits),
+            key=lambda t: self.in_flight.counted_at.get(t, float("-inf")),
+        )
+        self._recount_tenants([(t, self._schemas[t]) for t in oldest], now)
+
+    def _recount_tenants(self, due: list[tuple[int, str]], now: float) -> None:
         for start in range(0, len(due), RECOUNT_CHUNK):
             chunk = due[start : start + RECOUNT_CHUNK]
             try:
@@ -326,6 +388,20 @@ class AdmissionControl:
             "tenants": {str(t): v for t, v in self.stats(now).items()},
         }
         self.client.set(admission_stats_key(), json.dumps(body), ex=ttl_seconds)
+
+
+def decided_without_slot(row, entry: Pending) -> bool:
+    """Whether the fire decides this waiting run without queueing it, by its job's state
+    (`row`: `store.JobAdmissionRow`, None for a job gone altogether)."""
+    if row is None or row.deleted:
+        return True  # cancelled
+    if row.paused and (
+        entry.trigger == "dependency" or (entry.trigger == "schedule" and entry.attempt == 1)
+    ):
+        return True  # skipped (`paused`) or held by the pause
+    if row.policy in ("forbid", "queue"):
+        return row.active >= max(row.max_concurrent, 1)  # skipped or held
+    return row.policy == "replace" and row.active > 0  # in the place of a cancelled run
 
 
 def _job_rows(schema: str, job_ids: list[int]) -> dict:

@@ -107,6 +107,7 @@ class Engine:
         self.faults = TenantFaults()
         self.runs = PendingRuns(shard_count=config.shard_count, origin=origin)
         self.materialise_interrupted = False
+        self.fire_limited = False  # the last fire left admissible runs for the next call
         self.last_fire = FireStats()
         self.lag_log: list[float] | None = None  # benchmarks collect every publish lag here
         self.relay_sweep = sweeps.TenantSweep("relay", config.relay_interval_seconds)

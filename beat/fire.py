@@ -15,6 +15,13 @@ waited with no leader holding them (relayed, or put back for a failing tenant), 
 policy (`beat/admission.py`) queues, holds, skips or replaces. Each queued run's message is
 built again if an edit changed its job's priority or timeout since it was prepared.
 
+Runs that fair admission passed while their tenant was at its quota, for their job's state
+to decide (`AdmissionControl.decided_by_policy`), take no slot: they skip the one-statement
+path, and one the decision would queue waits in the fair queue again, unless it takes the
+place of a run of its own `replace` job cancelled in the same transaction
+(`within_freed_slots`). So however the job changed since the leader's read, nothing gets
+past the quota that way.
+
 If a statement fails for one tenant (its schema dropped, a row of it locked for longer than
 `SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS`), that tenant starts its back-off at once and the
 chunk is done again with every other schema in its own savepoint: the failing tenant's
@@ -24,7 +31,7 @@ between schemas, so a slow tenant cannot outlast it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -34,7 +41,7 @@ from django.db import connection, transaction
 from runs import states
 
 from . import store
-from .admission import DueRun, JobLimits, admit
+from .admission import DueRun, JobLimits, admit, within_freed_slots
 from .faults import isolated, must_step_down
 from .metrics import record_fire
 from .pending import Pending
@@ -66,30 +73,42 @@ class Admitted:
     skipped: int = 0
     cancelled: int = 0
     ended_jobs: set[int] = field(default_factory=set)  # jobs whose active runs were cancelled
+    ended: list[tuple] = field(default_factory=list)  # (run id, attempt) of those runs
+    waiting: list[Pending] = field(default_factory=list)  # back to the fair queue (no slot)
 
 
 def fire(engine: Engine) -> FireStats:
-    """At most `FIRE_CHUNKS_PER_CALL` chunks' worth of the due runs: a burst of 100,000
-    due at once, offered to admission in one go, held the loop 1.7 s between two renewals
-    of a 2 s lease; what is left is still due, so the loop comes back at once."""
+    """At most `FIRE_CHUNKS_PER_CALL` chunks' worth of runs per call: a burst of 100,000
+    due at once, admitted in one go, held the loop 1.7 s between two renewals of a 2 s
+    lease. With fair admission every due run still joins the fair queue (in parts, with a
+    renewal between them), so that the choice among tenants sees them all, and admission
+    takes at most that many; `engine.fire_limited` then tells the loop to come back at once.
+    Without it, the oldest due are taken and the rest stay due."""
     now = engine.clock.now()
     stats = FireStats()
-    due = engine.runs.pop_due(
-        now.timestamp(), limit=engine.config.fire_chunk * FIRE_CHUNKS_PER_CALL
-    )
+    per_call = engine.config.fire_chunk * FIRE_CHUNKS_PER_CALL
+    no_slot: frozenset = frozenset()
     if engine.admission is not None:  # what goes now, by quota, broker room and fair share
-        engine.admission.offer(due)
-        engine.checkpoint()
-        due, uncounted, dropped = engine.admission.choose(now.timestamp())
+        due = engine.runs.pop_due(now.timestamp())
+        for start in range(0, len(due), per_call):
+            engine.admission.offer(due[start : start + per_call])
+            engine.checkpoint()
+        due, uncounted, dropped = engine.admission.choose(now.timestamp(), limit=per_call)
+        engine.fire_limited = len(due) >= per_call
         engine.runs.forget(e.run_id for e in dropped)
-        due += engine.admission.decided_by_policy()
+        decided = engine.admission.decided_by_policy()  # tenants at their quota: no slot
+        no_slot = frozenset(e.run_id for e in decided)
+        due += decided
         due.sort(key=lambda e: (e.due, e.seq))
         for entries in uncounted.values():
             engine.defer_runs(entries)
             stats.deferred += len(entries)
+    else:
+        due = engine.runs.pop_due(now.timestamp(), limit=per_call)
+        engine.fire_limited = False  # what is left is still due: the loop does not sleep
     for chunk in chunks(due, engine.config.fire_chunk, engine.config.fire_chunk_schemas):
         engine.checkpoint()
-        _fire_chunk(engine, chunk, now, stats)
+        _fire_chunk(engine, chunk, now, stats, no_slot)
     engine.last_fire = stats
     if engine.lag_log is not None:
         engine.lag_log.extend(stats.lags)
@@ -115,7 +134,9 @@ def chunks(due: list[Pending], runs: int, schemas: int) -> list[list[Pending]]:
     return out
 
 
-def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireStats) -> None:
+def _fire_chunk(
+    engine: Engine, due: list[Pending], now: datetime, stats: FireStats, no_slot: frozenset
+) -> None:
     by_tenant: dict[tuple[int, str], list[Pending]] = defaultdict(list)
     for entry in due:
         if engine.faults.allowed(entry.tenant_id):
@@ -125,13 +146,13 @@ def _fire_chunk(engine: Engine, due: list[Pending], now: datetime, stats: FireSt
             stats.deferred += 1
     reached: list[tuple[int, str]] = []  # the schemas the first attempt got to, in order
     try:
-        admitted = _admit_all(engine, by_tenant, now, isolate=False, reached=reached)
+        admitted = _admit_all(engine, by_tenant, now, no_slot, isolate=False, reached=reached)
     except Exception as exc:
         if must_step_down(exc):
             raise
         if reached:  # the statement that failed was this tenant's: skip it at once
             engine.faults.failed(*reached[-1], exc)
-        admitted = _admit_all(engine, by_tenant, now, isolate=True)
+        admitted = _admit_all(engine, by_tenant, now, no_slot, isolate=True)
     published_at = engine.clock.now().timestamp()
     for key, entries in by_tenant.items():
         result = admitted.get(key)
@@ -147,6 +168,7 @@ def _admit_all(
     engine: Engine,
     by_tenant: dict[tuple[int, str], list[Pending]],
     now: datetime,
+    no_slot: frozenset,
     *,
     isolate: bool,
     reached: list[tuple[int, str]] | None = None,
@@ -154,7 +176,7 @@ def _admit_all(
     admitted: dict[tuple[int, str], Admitted] = {}
     with transaction.atomic(), connection.cursor() as cursor:
         store.fence(cursor, engine.epoch, "fire")
-        store.set_fire_transaction(cursor, engine.config.fire_lock_timeout_seconds)
+        store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
         for (tenant_id, schema), entries in by_tenant.items():
             engine.checkpoint()  # a slow tenant must not outlast the lease
             if reached is not None:
@@ -164,12 +186,14 @@ def _admit_all(
                     engine.faults,
                     tenant_id,
                     schema,
-                    lambda s=schema, e=entries: _admit_schema(engine, cursor, s, e, now),
+                    lambda s=schema, e=entries: _admit_schema(engine, cursor, s, e, now, no_slot),
                 )
                 if ran:
                     admitted[(tenant_id, schema)] = result
             else:
-                admitted[(tenant_id, schema)] = _admit_schema(engine, cursor, schema, entries, now)
+                admitted[(tenant_id, schema)] = _admit_schema(
+                    engine, cursor, schema, entries, now, no_slot
+                )
         if reached is not None:
             reached.clear()  # past the tenants: a failure from here on is nobody's own
         engine.checkpoint()
@@ -185,6 +209,8 @@ def _apply(
     stats.published += len(result.queued)
     if engine.admission is not None:
         engine.admission.admitted(result.queued)
+        engine.admission.ended(entries[0].tenant_id, result.ended)
+        engine.admission.offer(result.waiting)
     stats.lags.extend(published_at - e.due for e in result.queued)
     record_fire(entries[0].schema, result.queued, result.skipped, result.cancelled, published_at)
     stats.skipped += result.skipped
@@ -192,21 +218,22 @@ def _apply(
     stats.held += len(result.held)
     for entry in result.held:
         engine.runs.hold(entry)
-    held_ids = {e.run_id for e in result.held}
-    engine.runs.forget(e.run_id for e in entries if e.run_id not in held_ids)
+    kept = {e.run_id for e in result.held} | {e.run_id for e in result.waiting}
+    engine.runs.forget(e.run_id for e in entries if e.run_id not in kept)
     for job_id in result.ended_jobs:
         engine.runs.release(entries[0].tenant_id, job_id)
 
 
 def _admit_schema(
-    engine: Engine, cursor, schema: str, entries: list[Pending], now: datetime
+    engine: Engine, cursor, schema: str, entries: list[Pending], now: datetime, no_slot: frozenset
 ) -> Admitted:
     result = Admitted()
+    slotted = [e for e in entries if e.run_id not in no_slot]  # the others: the full decision
     fast = store.queue_unconstrained(
         cursor,
         schema,
-        [e.run_id for e in entries],
-        [e.run_id for e in entries if e.judge_lateness],
+        [e.run_id for e in slotted],
+        [e.run_id for e in slotted if e.judge_lateness],
         now,
     )
     by_id = {e.run_id: e for e in entries}
@@ -216,12 +243,18 @@ def _admit_schema(
     moved = {q.run_id for q in fast}
     rest = [e for e in entries if e.run_id not in moved]
     if rest:
-        _admit_the_rest(engine, cursor, schema, rest, now, result)
+        _admit_the_rest(engine, cursor, schema, rest, now, result, no_slot)
     return result
 
 
 def _admit_the_rest(
-    engine: Engine, cursor, schema: str, rest: list[Pending], now: datetime, result: Admitted
+    engine: Engine,
+    cursor,
+    schema: str,
+    rest: list[Pending],
+    now: datetime,
+    result: Admitted,
+    no_slot: frozenset,
 ) -> None:
     by_id = {e.run_id: e for e in rest}
     jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in rest}))
@@ -234,18 +267,27 @@ def _admit_the_rest(
         [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
         {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
     )
-    result.cancelled += store.cancel_active_runs_of_jobs(
+    replaced = store.cancel_active_runs_of_jobs(
         cursor, schema, decision.replace_jobs, "replaced by a newer run", now
     )
+    result.cancelled += len(replaced)
+    result.ended += [(run_id, attempt) for _, run_id, attempt in replaced]
     result.ended_jobs.update(decision.replace_jobs)
+    to_queue, waiting, superseded = within_freed_slots(
+        decision.queue,
+        {run_id: by_id[run_id].job_id for run_id in decision.queue},
+        no_slot,
+        Counter(job_id for job_id, _, _ in replaced),
+    )
+    result.waiting += [by_id[run_id] for run_id in waiting]
     result.cancelled += store.cancel_runs(
-        cursor, schema, decision.supersede, "superseded by a newer run", now
+        cursor, schema, decision.supersede + superseded, "superseded by a newer run", now
     )
     result.skipped += store.mark_skipped(
         cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
     )
-    moved = store.mark_queued(cursor, schema, decision.queue)
-    for run_id in decision.queue:
+    moved = store.mark_queued(cursor, schema, to_queue)
+    for run_id in to_queue:
         if run_id in moved:
             entry, job = by_id[run_id], jobs[by_id[run_id].job_id]
             result.queued.append(engine.runs.rebuilt(entry, job.priority, job.timeout_seconds))

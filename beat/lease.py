@@ -141,6 +141,7 @@ class Lease:
         )
         self.renewed_at = 0.0  # time.monotonic() of the last successful take or renewal
         self.step = "take"  # what the leader is doing: named in a late renewal's warning
+        self._step_at_renewal = "take"
 
     @property
     def held(self) -> bool:
@@ -161,6 +162,7 @@ class Lease:
             )
             return False
         self.renewed_at = time.monotonic()
+        self.step = self._step_at_renewal = "take"
         try:
             self.epoch = bump_epoch(self.holder, holds_lease=self.holds_lock)
         except Exception:
@@ -193,12 +195,14 @@ class Lease:
             log_event(
                 log,
                 "leader.renewal_late",
-                "lease renewed %.2fs after the last renewal (lease %ss), during %s",
+                "lease renewed %.2fs after the last renewal (lease %ss), between %s and %s",
                 gap,
                 self.expire_seconds,
+                self._step_at_renewal,
                 self.step,
                 level=logging.WARNING,
                 gap_seconds=round(gap, 3),
+                since_step=self._step_at_renewal,
                 step=self.step,
             )
         try:
@@ -207,9 +211,11 @@ class Lease:
         except (redis_lock.NotAcquired, redis.RedisError) as exc:
             self.epoch = None
             raise LeaseLost(
-                f"lease renewal failed after {gap:.2f}s, during {self.step}: {exc}"
+                f"lease renewal failed {gap:.2f}s after the last, between "
+                f"{self._step_at_renewal} and {self.step}: {exc}"
             ) from exc
         self.renewed_at = time.monotonic()
+        self._step_at_renewal = self.step
 
     def renew_if_due(self) -> None:
         """Renew when a quarter of the lease has passed since the last renewal: cheap to

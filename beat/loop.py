@@ -150,7 +150,11 @@ class SchedulerProcess:
         iteration_done(self.client, started)
         step("sleep")
         self.iterations += 1
-        busy = processed >= self.config.materialise_batch or engine.materialise_interrupted
+        busy = (
+            processed >= self.config.materialise_batch
+            or engine.materialise_interrupted
+            or engine.fire_limited
+        )
         if busy or not rebuilt or engine.sweeps_running():
             return 0.0  # more work waits: go on after renewing
         # Runs waiting for admission go as slots free up: an ended attempt wakes the

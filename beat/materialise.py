@@ -71,14 +71,18 @@ def materialise(engine: Engine) -> int:
     tenants = list(by_tenant.items())
     for position, (tenant_id, scores) in enumerate(tenants):
         waiting = list(scores)  # due first
+        size = chunk  # jobs locked per transaction: as many as fitted the last time
         while waiting:
             engine.checkpoint()
-            part = waiting[:chunk]
+            part = waiting[:size]
             left = _materialise_tenant(
                 engine, tenant_id, {j: scores[j] for j in part}, now, horizon, chunk
             )
-            processed += len(part) - len(left)
-            waiting = left + waiting[chunk:]
+            planned = len(part) - len(left)
+            processed += planned
+            waiting = left + waiting[size:]
+            if left:  # jobs with many runs each: lock no more than the next part plans
+                size = max(planned, 1)
             more = bool(waiting) or position + 1 < len(tenants)
             if more and engine.fire_is_due():
                 engine.materialise_interrupted = True  # firing on time comes first

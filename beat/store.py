@@ -266,18 +266,9 @@ class Queued:
     timeout_seconds: int
 
 
-def set_fire_transaction(cursor, lock_timeout_seconds: float) -> None:
-    """For the rest of this transaction only: a lock wait bound, and a plan made for each
-    statement's own arrays. The fire's statements run again and again on one schema when
-    one tenant has thousands of runs due, so psycopg prepares them, and PostgreSQL's
-    generic plan for `r.id = ANY($1)` (an array of unknown size) walked every job of the
-    tenant and tested each run against the whole array: 1.5 s for a chunk of 2,000 runs
-    instead of 60 ms (10,000 due in one tenant fired at about 1,000 a second)."""
-    cursor.execute(
-        "SELECT set_config('lock_timeout', %s, true), "
-        "set_config('plan_cache_mode', 'force_custom_plan', true)",
-        [f"{lock_timeout_seconds * 1000:.0f}"],
-    )
+def set_local_lock_timeout(cursor, seconds: float) -> None:
+    """A lock wait bound for the rest of this transaction only."""
+    cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds * 1000:.0f}"])
 
 
 def queue_unconstrained(
@@ -411,18 +402,19 @@ def cancel_runs(cursor, schema: str, run_ids: list, error: str, now: datetime) -
 
 def cancel_active_runs_of_jobs(
     cursor, schema: str, job_ids: list[int], error: str, now: datetime
-) -> int:
-    """`replace` policy: the jobs' queued and running runs are cancelled."""
+) -> list[tuple[int, Any, int]]:
+    """`replace` policy: the jobs' queued and running runs are cancelled; returns the
+    (job id, run id, attempt) of each (their tenant's quota slots are free)."""
     if not job_ids:
-        return 0
+        return []
     query = sql.SQL(
         """
         UPDATE {runs} SET status = {cancelled}, error = %s, finished_at = %s
-        WHERE job_id = ANY(%s) AND status IN {active}
+        WHERE job_id = ANY(%s) AND status IN {active} RETURNING job_id, id, attempt
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
     cursor.execute(query, [error, now, job_ids])
-    return cursor.rowcount
+    return [tuple(row) for row in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     lag.add_argument("--count", type=int, default=10_000)
     lag.add_argument("--spread", type=int, default=0, help="seconds the due instants span")
     lag.add_argument("--tenants", type=int, default=10)
+    lag.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="fair admission off (plain FIFO, as SCHEDULER_FAIR_ADMISSION=0) for comparison",
+    )
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
@@ -195,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.bench == "retention":
         result = retention.run(args.runs, args.jobs, args.seconds, args.max_prune_seconds)
     elif args.bench == "fire-lag":
-        result = fire_lag.run(args.count, args.spread, args.tenants)
+        result = fire_lag.run(
+            args.count, args.spread, args.tenants, admission=not args.no_admission
+        )
     else:
         result = {
             "schedule_math": schedule_math.run(number=2000, repeats=1),

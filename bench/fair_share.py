@@ -34,7 +34,7 @@ from runs.models import Run
 from tenants.models import Tenant
 
 from .processes import start_worker, stop, wait_until
-from .world import bench_tenants, drop_bench_data, percentile
+from .world import bench_tenants, drop_all_bench_data, drop_bench_data, percentile
 
 ACTOR = Actor("bench")
 SLEEP = {"type": "task", "task": "builtin.sleep"}
@@ -182,6 +182,7 @@ def _weights_phase(a: Tenant, b: Tenant, count: int, timeout: float) -> dict:
 def run(count: int = 20_000, workers: int = 4, repeats: int = 1, timeout: float = 1800.0) -> dict:
     settings.SCHEDULER_MIN_INTERVAL_SECONDS = 1  # B's job fires every second
     a, b = bench_tenants(2)
+    drop_all_bench_data(get_redis())  # what other benchmarks left (see drop_all_bench_data)
     Tenant.objects.filter(id__in=[a.id, b.id]).update(max_concurrency=1000, weight=1)
     worker = start_worker("-c", str(workers), log=Path("bench/results/fair-share-worker.log"))
     result: dict = {"flood": count, "worker_processes": workers, "modes": {}}

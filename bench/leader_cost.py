@@ -124,7 +124,7 @@ def measure(
                 stack.enter_context(fire_parts.measuring())
             started = time.perf_counter()
             published = engine.fire().published
-            while engine.fire_is_due():  # a few chunks per call (beat/fire.py)
+            while engine.fire_is_due() or engine.fire_limited:  # a few chunks a call
                 published += engine.fire().published
             elapsed = time.perf_counter() - started
         fire_ms.append(elapsed * 1000)

@@ -199,6 +199,13 @@ def drop_bench_data(client, tenants: list[Tenant]) -> None:
     client.flushdb()
 
 
+def drop_all_bench_data(client) -> None:
+    """Every bench tenant's jobs and runs gone, not only the ones about to be used: a run
+    another benchmark left queued (fire-lag has no workers) would otherwise be published
+    again by the next leader's index rebuild, ahead of what is measured."""
+    drop_bench_data(client, list(Tenant.objects.filter(slug__startswith="bench-")))
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")

@@ -9,8 +9,9 @@ by run and by the leader that published them (the `origin` header).
 Figures: takeover time (freeze to a new leader); messages the woken leader got accepted
 (goal 0: from waking until it is elected again, if ever, it must write nothing), seen by a
 tap on the broker's queues that notes when each message arrived and which leader sent it;
-lost fires (a slot with no message) and doubled fires (a run published twice, or two runs
-for a slot) (goal 0, 0).
+lost fires (a slot with no message) and doubled fires (two runs for a slot, or a run
+published twice other than after a leader frozen between its push and its commit: see
+`run`) (goal 0, 0).
 """
 
 from __future__ import annotations
@@ -73,6 +74,27 @@ def run(workdir: Path, *, small: bool) -> dict:
             if m["origin"].endswith(suffix) and woke - 0.3 <= m["at"] < led_again - 0.3
         )
     duplicates = sum(1 for count in published.values() if count > 1)
+    # A leader frozen after its fire chunk's push and before the commit (a random freeze
+    # can land there) is ended by the next leader's bounded takeover: its transaction rolls
+    # back, the runs stay `scheduled`, and the new leader publishes them again. The first
+    # copy then claims nothing (the run is not `queued`; invariant 4, ADR 0003). So a run
+    # published twice is a double fire unless its first copy came from a leader that froze
+    # within a second of sending it and the second from another leader.
+    by_run: dict[str, list[dict]] = {}
+    for m in sorted(messages, key=lambda m: m["at"]):
+        by_run.setdefault(m["run"], []).append(m)
+    frozen_after = [(f"{f['pid']}", f["at"]) for f in freezes]
+    unexplained = 0
+    for copies in by_run.values():
+        if len(copies) < 2:
+            continue
+        first, second = copies[0], copies[1]
+        cut_off = any(
+            first["origin"].endswith(f":{pid}") and -0.5 <= at - first["at"] <= 1.0
+            for pid, at in frozen_after
+        )
+        if len(copies) > 2 or first["origin"] == second["origin"] or not cut_off:
+            unexplained += 1
     by_kind = {
         kind: h.summary([f["takeover"] for f in freezes if f["inside_transaction"] == inside])
         for kind, inside in (("outside", False), ("inside_fenced_transaction", True))
@@ -83,12 +105,13 @@ def run(workdir: Path, *, small: bool) -> dict:
         "takeover_seconds": by_kind,
         "woken_leader_writes_accepted": accepted_after_wake,
         "messages_published_twice": duplicates,
+        "published_twice_not_after_a_cut_off_commit": unexplained,
         "schedulers_alive": alive,
         **ledger,
         "checks": {
             "woken_leader_writes_nothing": accepted_after_wake == 0,
             "no_lost_fire": ledger["lost"] == 0,
-            "no_double_fire": ledger["doubled"] == 0 and duplicates == 0,
+            "no_double_fire": ledger["doubled"] == 0 and unexplained == 0,
             "every_scheduler_alive": alive == 2,
         },
     }

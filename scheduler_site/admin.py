@@ -5,6 +5,7 @@ a token via `tenant_provision`), edit quota, weight and run retention, suspend a
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
@@ -105,6 +106,15 @@ class TenantAdmin(admin.ModelAdmin):
                 "max_concurrency",
             )
         return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_changeform_initial_data(self, request) -> dict:
+        """A new tenant's quota and weight start at the configured defaults (as with
+        `provision_tenant`), not the model's column defaults."""
+        return {
+            "max_concurrency": settings.SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY,
+            "weight": settings.SCHEDULER_TENANT_DEFAULT_WEIGHT,
+            **super().get_changeform_initial_data(request),
+        }
 
     def get_fields(self, request, obj=None):
         if obj is None:

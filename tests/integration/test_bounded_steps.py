@@ -186,6 +186,30 @@ def test_a_burst_is_fired_a_few_chunks_per_call_renewing_between_them(live, redi
     clock.set(utc(2026, 6, 1, 12, 1))
     assert engine.fire().published == chunk * FIRE_CHUNKS_PER_CALL
     assert len(checkpoints) >= FIRE_CHUNKS_PER_CALL
-    assert engine.fire_is_due()  # the rest waits, due: the loop does not sleep
+    assert engine.fire_limited  # the rest waits in the fair queue: the loop does not sleep
     assert engine.fire().published == 3
+    assert not engine.fire_limited
     assert len(runs_of(alpha, status=states.QUEUED)) == total
+
+
+def test_the_per_call_limit_keeps_the_choice_fair(live, redis_client):
+    """Every due run joins the fair queue before the per-call limit applies: a tenant with
+    one run due behind another tenant's burst is admitted in the first call (the review's
+    case: popping only the burst's oldest would have given all the room to the burst)."""
+    from beat.fire import FIRE_CHUNKS_PER_CALL
+
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    chunk = 4
+    for n in range(chunk * FIRE_CHUNKS_PER_CALL + 5):
+        make_job(alpha, clock, name=f"burst-{n}", schedule={"cron": "* * * * *"})
+    make_job(beta, clock, name="lone", schedule={"cron": "* * * * *"})
+    type(alpha).objects.filter(id__in=[alpha.id, beta.id]).update(max_concurrency=1000)
+    engine = new_engine(
+        redis_client, clock, fire_chunk=chunk, admission=AdmissionConfig(backlog_min=1000)
+    )
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    engine.materialise()
+    clock.set(utc(2026, 6, 1, 12, 1))
+    assert engine.fire().published == chunk * FIRE_CHUNKS_PER_CALL
+    assert [r.status for r in runs_of(beta)] == [states.QUEUED]  # in the first call

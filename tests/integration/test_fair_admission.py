@@ -6,6 +6,7 @@ worker would, which reports the end the way workers do."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
@@ -18,6 +19,7 @@ from beat.engine import EngineConfig
 from beat.loop import SchedulerProcess
 from core.clock import FakeClock
 from core.keys import ended_key
+from jobs.services import job_pause
 from runs import states, worker_registry
 from runs.execution import run_execute
 from runs.models import Run
@@ -375,3 +377,274 @@ def test_forbid_skips_overlapping_slots_even_when_the_tenant_is_at_its_quota(
         ("12:03", states.SKIPPED, states.SKIP_OVERLAP),
         ("12:04", states.SKIPPED, states.SKIP_OVERLAP),
     ]
+
+
+# --- runs passed for a policy decision take no slot (an audit's probes) ----------------
+
+
+def test_a_paused_jobs_manual_runs_wait_for_the_quota_like_any_other(live, redis_client, limits):
+    """Found by an audit: at the quota, a paused job's waiting runs went to the fire as
+    'decided by the pause', and the fire queued its manual runs (a pause skips schedule
+    slots only): quota 1, four runs in flight."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    busy = make_job(alpha, clock, name="busy", schedule=None, target=NOOP)
+    paused = make_job(alpha, clock, name="paused", schedule=None, target=NOOP)
+    _trigger(alpha, clock, busy, 2)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    first = _take_messages(redis_client)
+    assert len(first) == 1
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=paused.id, clock=clock)
+    manual = _trigger(alpha, clock, paused, 3)
+    _cycle(engine, clock)
+    assert _take_messages(redis_client) == []
+    assert _in_flight(alpha) == 1
+    assert engine.runs_waiting_for_admission() == 4  # busy's second and the three manual
+    assert {r.status for r in runs_of(alpha, job_id=paused.id)} == {states.SCHEDULED}
+    sent = first
+    for _ in range(4):  # one at a time as each ends, the manual runs of the paused job too
+        _execute(sent, clock)
+        _cycle(engine, clock)
+        sent = _take_messages(redis_client)
+        assert len(sent) == 1 and _in_flight(alpha) == 1
+    _execute(sent, clock)
+    assert {r.status for r in runs_of(alpha, id__in=[r.id for r in manual])} == {states.SUCCEEDED}
+
+
+def test_a_paused_jobs_schedule_slots_are_still_skipped_at_the_quota(live, redis_client, limits):
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    busy = make_job(alpha, clock, name="busy", schedule=None, target=NOOP)
+    cron = make_job(alpha, clock, name="cron", schedule={"cron": "* * * * *"})
+    _trigger(alpha, clock, busy, 1)
+    engine = _engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 30))
+    engine.materialise()  # cron's 12:01 run is in memory, prepared
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1  # busy's: the tenant is at its quota
+    with schema_context(alpha.schema_name):
+        job_pause(tenant=alpha, actor=ACTOR, job_id=cron.id, clock=clock)
+    clock.set(utc(2026, 6, 1, 12, 1))
+    _cycle(engine, clock)
+    assert _take_messages(redis_client) == []
+    assert _statuses(alpha)[-1:] == [("12:01", states.SKIPPED, states.SKIP_PAUSED)]
+    assert engine.runs_waiting_for_admission() == 0
+
+
+def test_replace_at_the_quota_queues_no_more_runs_than_it_cancels(live, redis_client, limits):
+    """Found by an audit: a `replace` job with max_concurrent_runs=3 of a tenant at quota 1
+    cancelled its one run and queued three."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(
+        alpha,
+        clock,
+        name="rep",
+        schedule=None,
+        target=NOOP,
+        concurrency_policy="replace",
+        max_concurrent_runs=3,
+    )
+    [old] = _trigger(alpha, clock, job, 1)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+    clock.advance(1)
+    newer = []
+    for _ in range(3):
+        newer += _trigger(alpha, clock, job, 1)
+        clock.advance(1)
+    _cycle(engine, clock)
+    [sent] = _take_messages(redis_client)
+    assert _in_flight(alpha) == 1
+    assert sent[1] == str(newer[-1].id)  # the newest takes the cancelled run's place
+    with schema_context(alpha.schema_name):
+        status = dict(Run.objects.values_list("id", "status"))
+        errors = dict(Run.objects.values_list("id", "error"))
+    assert status[old.id] == states.CANCELLED and errors[old.id] == "replaced by a newer run"
+    for run in newer[:2]:  # admitted later, they would replace the newer run
+        assert status[run.id] == states.CANCELLED
+        assert errors[run.id] == "superseded by a newer run"
+    assert engine.runs_waiting_for_admission() == 0
+    # The leader let the cancelled attempt go at once: its count is the truth.
+    assert engine.admission.stats(clock.now().timestamp())[alpha.id]["in_flight"] == 1
+
+
+def test_a_policy_decision_made_stale_by_an_end_takes_no_uncounted_slot(
+    live, redis_client, limits, monkeypatch
+):
+    """A `forbid` job's running run ends between the leader's read of the job (full: its
+    waiting run is to be skipped) and the fire's own read (free: the run is to be
+    queued). The leader has not read the end report yet, so that run would go on a slot
+    it counts as taken: it waits for the report and goes through the fair queue."""
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, name="f", schedule=None, target=NOOP, concurrency_policy="forbid")
+    _trigger(alpha, clock, job, 1)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    [first] = _take_messages(redis_client)
+    [waiting] = _trigger(alpha, clock, job, 1)
+    read = engine.admission.decided_by_policy
+
+    def read_then_end():
+        decided = read()
+        _execute([first], clock)  # ends now; its report waits in Redis
+        return decided
+
+    monkeypatch.setattr(engine.admission, "decided_by_policy", read_then_end)
+    engine.load_run_index()
+    engine.fire()
+    monkeypatch.undo()
+    assert _take_messages(redis_client) == []
+    assert engine.admission.stats(clock.now().timestamp())[alpha.id]["in_flight"] <= 1
+    assert engine.runs_waiting_for_admission() == 1
+    _cycle(engine, clock)  # the report read: the slot is free, and the run goes
+    [sent] = _take_messages(redis_client)
+    assert sent[1] == str(waiting.id) and _in_flight(alpha) == 1
+
+
+# --- the recount of tenants with nothing waiting ----------------------------------------
+
+
+def _leader_counts(engine, clock, tenant) -> int:
+    stats = engine.admission.stats(clock.now().timestamp())
+    return stats.get(tenant.id, {"in_flight": 0})["in_flight"]
+
+
+def _admit_and_lose_the_reports(engine, redis_client, clock, tenant, count: int) -> None:
+    job = make_job(tenant, clock, name=f"lost-{tenant.slug}", schedule=None, target=NOOP)
+    _trigger(tenant, clock, job, count)
+    _cycle(engine, clock)
+    _execute(_take_messages(redis_client), clock)
+    redis_client.delete(ended_key())  # the workers died before their reports reached Redis
+    assert _in_flight(tenant) == 0
+
+
+def test_a_tenant_with_nothing_waiting_is_recounted_too(live, redis_client):
+    """Found by an audit: only tenants with runs waiting were recounted, so after a lost
+    end report an idle tenant's count (scheduler_status's `admission`, the
+    tickwork_admission_in_flight_runs metric) stayed wrong for good."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    _admit_and_lose_the_reports(engine, redis_client, clock, alpha, 2)
+    _cycle(engine, clock)
+    assert _leader_counts(engine, clock, alpha) == 2  # not yet: counted under 5 s ago
+    clock.advance(5)
+    _cycle(engine, clock)  # nothing is due or waiting: the fire still recounts
+    assert _leader_counts(engine, clock, alpha) == 0
+    engine.admission.publish(clock.now().timestamp())
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    status = json.loads(out.getvalue())
+    assert str(alpha.id) not in status["admission"]["tenants"]  # nothing in flight or waiting
+    [row] = [r for r in status["tenants"] if r["tenant"] == alpha.slug]
+    assert (row["in_flight"], row["waiting"]) == (0, 0)
+
+
+def test_the_recount_of_tenants_with_nothing_waiting_is_bounded(live, redis_client, monkeypatch):
+    from beat import admission_control
+
+    monkeypatch.setattr(admission_control, "IDLE_RECOUNT_TENANTS", 1)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    _admit_and_lose_the_reports(engine, redis_client, clock, alpha, 2)
+    clock.advance(1)
+    _admit_and_lose_the_reports(engine, redis_client, clock, beta, 3)
+    clock.advance(5)  # both counts are stale now
+    _cycle(engine, clock)
+    assert (_leader_counts(engine, clock, alpha), _leader_counts(engine, clock, beta)) == (0, 3)
+    _cycle(engine, clock)  # at most one pass a second
+    assert _leader_counts(engine, clock, beta) == 3
+    clock.advance(1)
+    _cycle(engine, clock)
+    assert _leader_counts(engine, clock, beta) == 0
+
+
+# --- what operators see and set ----------------------------------------------------------
+
+
+def _status() -> dict:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("scheduler_status", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_scheduler_status_shows_each_tenants_quota_in_flight_and_waiting(
+    live, redis_client, limits
+):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    limits(alpha, max_concurrency=2, weight=3)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 5)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 2
+    clock.advance(4)
+    engine.admission.publish(clock.now().timestamp())
+    status = _status()
+    rows = {row["tenant"]: row for row in status["tenants"]}  # PostgreSQL's figures
+    assert {k: rows["alpha"][k] for k in ("max_concurrency", "weight", "in_flight", "waiting")} == {
+        "max_concurrency": 2,
+        "weight": 3,
+        "in_flight": 2,
+        "waiting": 3,
+    }
+    assert rows["alpha"]["suspended"] is False and rows["alpha"]["oldest_wait_seconds"] > 0
+    assert (rows["beta"]["in_flight"], rows["beta"]["waiting"]) == (0, 0)
+    assert rows["beta"]["oldest_wait_seconds"] is None
+    leader = status["admission"]["tenants"]  # the leader's own view, by tenant id
+    assert leader[str(alpha.id)] == {
+        "in_flight": 2,
+        "max_concurrency": 2,
+        "weight": 3,
+        "waiting": 3,
+        "oldest_wait_seconds": 4.0,
+    }
+    assert str(beta.id) not in leader
+
+
+def test_provision_tenant_update_max_concurrency_takes_effect_without_a_restart(
+    live, redis_client, limits
+):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    alpha = live["alpha"].tenant
+    limits(alpha, max_concurrency=1, weight=2)
+    clock = FakeClock(START)
+    job = make_job(alpha, clock, schedule=None, target=NOOP)
+    _trigger(alpha, clock, job, 5)
+    engine = _engine(redis_client, clock)
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 1
+    out = StringIO()
+    call_command("provision_tenant", "alpha", "--update", "--max-concurrency", "3", stdout=out)
+    assert "weight 2, max concurrency 3" in out.getvalue()  # the weight is left as it was
+    alpha.refresh_from_db()
+    assert (alpha.max_concurrency, alpha.weight) == (3, 2)
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("provision_tenant", "alpha", "--update", "--max-concurrency", "0")
+    alpha.refresh_from_db()
+    assert alpha.max_concurrency == 3
+    clock.advance(5)  # the leader reads the limits again within its refresh
+    _cycle(engine, clock)
+    assert len(_take_messages(redis_client)) == 2 and _in_flight(alpha) == 3

@@ -176,3 +176,80 @@ def test_dependency_only_job_with_a_dst_policy_is_created_without_schedule(live,
     upstream = make_job(alpha, clock, schedule=None)
     job = make_job(alpha, clock, depends_on=[upstream.id], dst_gap="skip")
     assert (job.schedule_kind, job.next_run_at, job.dst_gap) == ("none", None, "skip")
+
+
+# --- max_concurrent_runs above 1 ---------------------------------------------------------
+
+
+def _minutely(alpha, clock, policy: str, limit: int, **data):
+    return make_job(
+        alpha,
+        clock,
+        schedule={"cron": "* * * * *"},
+        concurrency_policy=policy,
+        max_concurrent_runs=limit,
+        **data,
+    )
+
+
+def _next_minute(engine, clock, minute: int):
+    clock.set(utc(2026, 6, 1, 12, minute))
+    engine.materialise()
+    return engine.fire()
+
+
+def test_forbid_with_max_concurrent_runs_2_runs_two_at_once_and_skips_the_third(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    _minutely(alpha, clock, "forbid", 2)
+    engine = new_engine(redis_client, clock)
+    assert _next_minute(engine, clock, 1).published == 1
+    _set_status(alpha, runs_of(alpha)[0], states.RUNNING)
+    assert _next_minute(engine, clock, 2).published == 1  # the second fits beside it
+    stats = _next_minute(engine, clock, 3)
+    assert (stats.published, stats.skipped) == (0, 1)
+    assert _statuses(runs_of(alpha)) == [
+        ("12:01", "running", ""),
+        ("12:02", "queued", ""),
+        ("12:03", "skipped", "overlap"),
+    ]
+    _set_status(alpha, runs_of(alpha)[0], states.SUCCEEDED)
+    assert _next_minute(engine, clock, 4).published == 1  # one ended: room for one again
+
+
+def test_queue_with_max_concurrent_runs_2_holds_the_third_until_one_ends(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    job = _minutely(alpha, clock, "queue", 2)
+    engine = new_engine(redis_client, clock)
+    _next_minute(engine, clock, 1)
+    assert _next_minute(engine, clock, 2).published == 1
+    stats = _next_minute(engine, clock, 3)
+    assert (stats.published, stats.held) == (0, 1)
+    assert [s[1] for s in _statuses(runs_of(alpha))] == ["queued", "queued", "scheduled"]
+    _set_status(alpha, runs_of(alpha)[0], states.SUCCEEDED)
+    assert engine.release_held(alpha.id, job.id) == 1
+    assert engine.fire().published == 1
+    assert [s[1] for s in _statuses(runs_of(alpha))] == ["succeeded", "queued", "queued"]
+
+
+def test_replace_with_max_concurrent_runs_2_keeps_the_two_newest_due_together(live, redis_client):
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    _minutely(alpha, clock, "replace", 2, misfire_policy="run_all")
+    engine = new_engine(redis_client, clock)
+    _next_minute(engine, clock, 1)
+    _set_status(alpha, runs_of(alpha)[0], states.RUNNING)
+    clock.set(utc(2026, 6, 1, 12, 4))  # three slots due at once: 12:02, 12:03, 12:04
+    engine.materialise()
+    stats = engine.fire()
+    assert (stats.published, stats.cancelled) == (2, 2)  # the running one and 12:02
+    assert _statuses(runs_of(alpha)) == [
+        ("12:01", "cancelled", ""),
+        ("12:02", "cancelled", ""),
+        ("12:03", "queued", ""),
+        ("12:04", "queued", ""),
+    ]
+    with schema_context(alpha.schema_name):
+        errors = dict(Run.objects.values_list("scheduled_for__minute", "error"))
+    assert errors[1] == "replaced by a newer run" and errors[2] == "superseded by a newer run"

@@ -42,6 +42,22 @@ def test_console_pages_need_an_operator(live):
         assert response.status_code == 302 and "/admin/login/" in response["Location"], url
 
 
+def test_the_add_tenant_form_starts_at_the_configured_quota_and_weight(operator, settings):
+    """Found by an audit: the form showed the model's defaults (100 and 1), so an operator
+    who saved it as shown overrode SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY / _WEIGHT."""
+    import re
+
+    settings.SCHEDULER_TENANT_DEFAULT_MAX_CONCURRENCY = 7
+    settings.SCHEDULER_TENANT_DEFAULT_WEIGHT = 3
+    page = operator.get("/admin/tenants/tenant/add/").content.decode()
+
+    def value(name: str) -> str:
+        tag = re.search(rf'<input[^>]*name="{name}"[^>]*>', page).group(0)
+        return re.search(r'value="([^"]*)"', tag).group(1)
+
+    assert (value("max_concurrency"), value("weight")) == ("7", "3")
+
+
 def test_create_a_tenant_provisions_it(operator):
     page = operator.get("/admin/tenants/tenant/add/")
     assert page.status_code == 200 and b"admin_password" in page.content

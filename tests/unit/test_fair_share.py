@@ -70,14 +70,48 @@ def test_no_tenant_with_waiting_runs_starves(weights, arrivals):
             assert waited[tenant] <= bound, (tenant, waited, weights)
 
 
-def test_an_idle_tenant_gets_no_more_than_one_quantum_on_return():
+def _longest_streak(taken: list, tenant) -> int:
+    longest = streak = 0
+    for who, _ in taken:
+        streak = streak + 1 if who == tenant else 0
+        longest = max(longest, streak)
+    return longest
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    weights=st.lists(st.integers(1, 6), min_size=2, max_size=5),
+    before=st.integers(0, 40),
+    idle_budgets=st.lists(st.integers(1, 20), max_size=30),
+    budgets=st.lists(st.integers(1, 40), min_size=1, max_size=20),
+)
+def test_a_tenant_back_from_idle_gets_at_most_one_quantum_in_a_turn(
+    weights, before, idle_budgets, budgets
+):
+    """Tenant 0 is served, empties its queue, stays idle for any number of takes of any
+    size while the others stay backlogged, then comes back with a flood: whatever credit
+    it had or the takes' sizes, one turn gives it at most its weight (runs taken for it
+    one after another, a turn going on into the next take when a take's room ran out),
+    and over the takes since its return it is ahead of its weight share by at most a
+    quantum and a round of partial turns."""
     queue = FairQueue()
-    _fill(queue, "a", 10_000)
-    for _ in range(200):  # b is idle for a long time while a is served
-        queue.take(4, lambda t: UNLIMITED, lambda t: 1)
-    _fill(queue, "b", 10_000)
-    first = shares(queue.take(100, lambda t: UNLIMITED, lambda t: {"a": 1, "b": 1}[t]))
-    assert first["b"] <= 50 + 1  # its fair half of the take, and no catch-up
+    tenants = list(range(len(weights)))
+    for tenant in tenants[1:]:
+        _fill(queue, tenant, 2_000)  # more than all the takes below: backlogged throughout
+    _fill(queue, 0, before)
+
+    def take(budget: int) -> list:
+        return queue.take(budget, lambda t: UNLIMITED, lambda t: weights[t])
+
+    while queue.waiting(0):  # served until its queue is empty (no starvation)
+        take(7)
+    for budget in idle_budgets:  # idle, as long as it likes
+        take(budget)
+    _fill(queue, 0, 1_000, start=1e6)
+    taken = [item for budget in budgets for item in take(budget)]
+    assert _longest_streak(taken, 0) <= weights[0]
+    mine = sum(1 for who, _ in taken if who == 0)
+    assert mine <= len(taken) * weights[0] / sum(weights) + 2 * weights[0]
 
 
 def test_a_tenant_at_its_quota_earns_no_credit_meanwhile():

@@ -213,3 +213,27 @@ def test_the_per_call_limit_keeps_the_choice_fair(live, redis_client):
     clock.set(utc(2026, 6, 1, 12, 1))
     assert engine.fire().published == chunk * FIRE_CHUNKS_PER_CALL
     assert [r.status for r in runs_of(beta)] == [states.QUEUED]  # in the first call
+
+
+def test_a_part_after_a_full_one_locks_only_as_many_jobs_as_fitted(live, redis_client, monkeypatch):
+    """Jobs with many runs each (here 30 in the window) fill a chunk after two jobs: the
+    next transaction locks two jobs, not every job left (it used to re-lock them all to
+    plan two)."""
+    from beat import materialise as materialise_step
+    from beat import store
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    for n in range(6):
+        make_job(alpha, clock, name=f"many-{n}", schedule={"interval_seconds": 60})
+    engine = new_engine(redis_client, clock, materialise_chunk=40, lookahead_seconds=1800)
+    locked: list[int] = []
+    original = store.lock_jobs
+    monkeypatch.setattr(
+        materialise_step.store,
+        "lock_jobs",
+        lambda cursor, schema, ids: (locked.append(len(ids)), original(cursor, schema, ids))[1],
+    )
+    assert engine.materialise() == 6
+    assert locked == [6, 2, 2]  # before: [6, 4, 2]
+    assert len(runs_of(alpha)) == 6 * 30

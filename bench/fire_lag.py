@@ -15,6 +15,7 @@ from beat.loop import SchedulerProcess
 from core.clock import SystemClock
 from core.redis import get_redis
 
+from .breakdown import Breakdown
 from .world import (
     UNBOUNDED_ADMISSION,
     bench_tenants,
@@ -23,19 +24,6 @@ from .world import (
     index_jobs,
     percentile,
 )
-
-
-def _timed(obj, name: str, totals: dict) -> None:
-    method = getattr(obj, name)
-
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
-
-    setattr(obj, name, wrapper)
 
 
 def run(
@@ -71,9 +59,10 @@ def run(
     assert process.try_lead()
     engine = process.engine
     engine.lag_log = lags = []
-    totals: dict[str, float] = {}
+    parts = Breakdown()
     for name in ("materialise", "fire"):
-        _timed(engine, name, totals)
+        parts.wrap(engine, name, name)
+    totals = parts.totals
     deadline = time.monotonic() + (first - now).total_seconds() + spread_seconds + 60
     while len(lags) < count and time.monotonic() < deadline:
         process.wait(process.lead_once())

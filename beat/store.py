@@ -325,8 +325,7 @@ def queue_unconstrained_sql(schema: str) -> sql.Composable:
 
 def queue_unconstrained_params(run_ids: list, judged_ids: list, now: datetime) -> list:
     judged = set(judged_ids)
-    flags = "{" + ",".join("t" if run_id in judged else "f" for run_id in run_ids) + "}"
-    return [pg_array(run_ids), flags, now]
+    return [pg_array(run_ids), pg_array([run_id in judged for run_id in run_ids]), now]
 
 
 @dataclass(frozen=True)

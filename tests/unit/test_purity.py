@@ -16,6 +16,8 @@ PURE_MODULES = (
     "jobs.schedules",
     "jobs.dag",
     "beat.planning",
+    "beat.partition_plan",
+    "core.partitions",
     "beat.admission",
     "beat.fair_share",
     "beat.retention_plan",

@@ -1,0 +1,19 @@
+"""Which partition of the scheduler a tenant belongs to (docs/adr/0020).
+
+Pure: the leader, the services and the workers all compute it from the tenant's id and the
+partition count alone, so nobody needs a lookup to find the keys of a tenant's partition.
+crc32 rather than Python's `hash()`: it is the same in every process and every release.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+MAX_PARTITIONS = 256  # each partition costs a lease, an engine and a Redis BLPOP key
+
+
+def partition_of(tenant_id: int, count: int) -> int:
+    """The tenant's partition, in `range(count)`; always 0 when `count` is 1."""
+    if count <= 1:
+        return 0
+    return zlib.crc32(str(int(tenant_id)).encode()) % count

@@ -117,9 +117,23 @@ class InFlight:
 
 class AdmissionControl:
     def __init__(
-        self, *, client, config: AdmissionConfig, shard_count: int, faults: TenantFaults
+        self,
+        *,
+        client,
+        config: AdmissionConfig,
+        shard_count: int,
+        faults: TenantFaults,
+        partition: int = 0,
+        partitions: int = 1,
     ) -> None:
         self.client = client
+        # Each partition's leader admits into its part of the broker watermark (the queues
+        # are shared): the sum stays under it, at the cost of idle partitions' share.
+        self.partition = partition
+        self.partitions = max(partitions, 1)
+        self.ended_key = ended_key(partition)
+        self.waiting_key = admission_waiting_key(partition)
+        self.stats_key = admission_stats_key(partition)
         self.faults = faults
         self.config = config
         self.queue = FairQueue()
@@ -194,8 +208,8 @@ class AdmissionControl:
     def read_ended(self) -> int:
         """Attempts reported ended since the last read free their tenants' slots."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.lrange(ended_key(), 0, ENDED_BATCH - 1)
-        pipe.ltrim(ended_key(), ENDED_BATCH, -1)
+        pipe.lrange(self.ended_key, 0, ENDED_BATCH - 1)
+        pipe.ltrim(self.ended_key, ENDED_BATCH, -1)
         raw, _ = pipe.execute()
         for item in raw:
             try:
@@ -267,7 +281,7 @@ class AdmissionControl:
             except (ValueError, IndexError):
                 continue
         watermark = max(self.config.backlog_min, int(slots * self.config.backlog_per_slot))
-        return max(watermark - sum(lengths), 0)
+        return max(watermark // self.partitions - sum(lengths) // self.partitions, 0)
 
     def _limit(self, tenant_id: int) -> TenantLimits:
         return self._limits.get(tenant_id) or TenantLimits(1, 1, suspended=True)
@@ -361,9 +375,9 @@ class AdmissionControl:
     def _flag(self, waiting: bool) -> None:
         """Workers wake the leader at each ended attempt only while runs wait."""
         if waiting:
-            self.client.set(admission_waiting_key(), "1", ex=60)
+            self.client.set(self.waiting_key, "1", ex=60)
         elif self._flagged:
-            self.client.delete(admission_waiting_key())
+            self.client.delete(self.waiting_key)
         self._flagged = waiting
 
     def stats(self, now: float) -> dict[int, dict]:
@@ -387,7 +401,7 @@ class AdmissionControl:
             "room": self.last_room,
             "tenants": {str(t): v for t, v in self.stats(now).items()},
         }
-        self.client.set(admission_stats_key(), json.dumps(body), ex=ttl_seconds)
+        self.client.set(self.stats_key, json.dumps(body), ex=ttl_seconds)
 
 
 def decided_without_slot(row, entry: Pending) -> bool:

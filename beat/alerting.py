@@ -85,7 +85,7 @@ class Alerting:
                 continue
             self.engine.checkpoint()
             with transaction.atomic(), connection.cursor() as cursor:
-                store.fence(cursor, self.engine.epoch, "alerts")
+                store.fence(cursor, self.engine.epoch, "alerts", self.engine.partition)
                 done = evaluate_tenant(
                     cursor,
                     schema=schema,
@@ -127,7 +127,9 @@ class Alerting:
                     slug=slug_for_schema(schema),
                     clock=self.engine.clock,
                     holder=self.engine.origin,
-                    fence=lambda cursor: store.fence(cursor, self.engine.epoch, "alert delivery"),
+                    fence=lambda cursor: store.fence(
+                        cursor, self.engine.epoch, "alert delivery", self.engine.partition
+                    ),
                     limit=DELIVERIES_PER_TENANT_TURN,
                     should_stop=self._stop.is_set,
                 )

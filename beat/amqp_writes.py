@@ -95,8 +95,16 @@ def amqp_message(envelope: bytes):
 
 
 class AmqpWrites(FencedRedis):
-    def __init__(self, client, lock_key: str, token: str | None, *, url: str | None = None) -> None:
-        super().__init__(client, lock_key, token)
+    def __init__(
+        self,
+        client,
+        lock_key: str,
+        token: str | None,
+        partition: int = 0,
+        *,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(client, lock_key, token, partition)
         self.url = url or settings.CELERY_BROKER_URL
         self.timeout = settings.SCHEDULER_AMQP_TIMEOUT_SECONDS
         self._conn = None
@@ -215,8 +223,8 @@ class AmqpWrites(FencedRedis):
             raise BrokerError(f"no RabbitMQ queue {sorted(set(self._returned))} took a message")
 
 
-def leader_writes(client, lock_key: str, token: str | None) -> FencedRedis:
-    """The leader's fenced writes for the configured broker."""
+def leader_writes(client, lock_key: str, token: str | None, partition: int = 0) -> FencedRedis:
+    """The leader's fenced writes for the configured broker, to the partition's keys."""
     if is_amqp():
-        return AmqpWrites(client, lock_key, token)
-    return FencedRedis(client, lock_key, token)
+        return AmqpWrites(client, lock_key, token, partition)
+    return FencedRedis(client, lock_key, token, partition)

@@ -22,7 +22,13 @@ from django.db import connection
 
 from core import index
 from core.clock import Clock
-from core.keys import faults_key, index_key
+from core.keys import (
+    faults_key,
+    index_key,
+    partition_count,
+    rebuild_state_key,
+    runs_index_key,
+)
 
 from . import fire as fire_step
 from . import materialise as materialise_step
@@ -94,16 +100,19 @@ class Engine:
         origin: str,
         writes: FencedRedis | None = None,
         checkpoint: Callable[[], None] | None = None,
+        partition: int = 0,
     ) -> None:
         self.client = client
+        self.partition = partition  # the tenants this engine leads (docs/adr/0020)
         self.clock = clock
         self.epoch = epoch
         self.config = config
         self.origin = origin
-        self.writes = writes or leader_writes(client, lock_key="", token=None)
+        self.writes = writes or leader_writes(client, lock_key="", token=None, partition=partition)
         self.checkpoint = checkpoint or (lambda: None)
-        self.index_key = index_key()
-        self.tenants = TenantDirectory()
+        self.index_key = index_key(partition)
+        self.runs_index_key = runs_index_key(partition)
+        self.tenants = TenantDirectory(partition, partition_count())
         self.faults = TenantFaults()
         self.runs = PendingRuns(shard_count=config.shard_count, origin=origin)
         self.materialise_interrupted = False
@@ -124,6 +133,8 @@ class Engine:
                 config=config.admission,
                 shard_count=config.shard_count,
                 faults=self.faults,
+                partition=partition,
+                partitions=partition_count(),
             )
             if config.admission.enabled
             else None
@@ -145,7 +156,7 @@ class Engine:
         dies, the next one's relay finds them in PostgreSQL)."""
         now = self.clock.now()
         horizon = now + timedelta(seconds=self.config.lookahead_seconds)
-        key = index.runs_index_key()
+        key = self.runs_index_key
         entries = index.due(self.client, key, horizon.timestamp(), self.config.materialise_batch)
         by_tenant: dict[int, list[str]] = {}
         for tenant_id, run_id, _score in entries:
@@ -243,7 +254,12 @@ class Engine:
     # --- the index -------------------------------------------------------------------------
     def start_rebuild(self, *, lost: bool) -> None:
         self.rebuild = IndexRebuild(
-            self.client, self.writes, messages=self.runs, checkpoint=self.checkpoint
+            self.client,
+            self.writes,
+            messages=self.runs,
+            checkpoint=self.checkpoint,
+            tenants=self.tenants,
+            state_key=rebuild_state_key(self.partition),
         )
         if not self.rebuild.exists():  # else: resume the one a previous leader began
             self.rebuild.start(lost=lost, prune=False)
@@ -291,7 +307,7 @@ class Engine:
         self.runs.requeue(entries, not_before=self.clock.now().timestamp() + wait)
 
     def publish_faults(self) -> None:
-        self.faults.publish(self.client, faults_key(), ttl_seconds=60)
+        self.faults.publish(self.client, faults_key(self.partition), ttl_seconds=60)
 
     def read_ended(self) -> int:
         """Attempts reported ended free their tenants' quota slots."""
@@ -318,7 +334,7 @@ class Engine:
 
     def republish_queued(self) -> int:
         """Publish every `queued` run again (used by tests; the rebuild does it in steps)."""
-        rebuild = IndexRebuild(self.client, self.writes, messages=self.runs)
+        rebuild = IndexRebuild(self.client, self.writes, messages=self.runs, tenants=self.tenants)
         count = 0
         for tenant_id, schema in self.tenants.all():
             after = None
@@ -336,7 +352,7 @@ class Engine:
         if self.runs.next_due is not None:
             candidates.append(self.runs.next_due)
         pipe = self.client.pipeline(transaction=False)
-        for key in (index_key(), index.runs_index_key()):
+        for key in (self.index_key, self.runs_index_key):
             pipe.zrange(key, 0, 0, withscores=True)
         for head in pipe.execute():  # both index heads in one round trip
             if head:

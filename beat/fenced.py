@@ -95,8 +95,12 @@ class FencedRedis:
     """The leader's writes. `token` None: unfenced (benchmarks that drive an engine
     without a lease)."""
 
-    def __init__(self, client, lock_key: str, token: str | None) -> None:
+    def __init__(self, client, lock_key: str, token: str | None, partition: int = 0) -> None:
         self.client = client
+        self.partition = partition
+        self.index_key = index_key(partition)
+        self.runs_index_key = runs_index_key(partition)
+        self.index_built_key = index_built_key(partition)
         self.lock_key = lock_key
         self.token = token or ""
         self._cas = client.register_script(_CAS)
@@ -114,7 +118,7 @@ class FencedRedis:
             args: list[str] = [self.token]
             for change in changes[start : start + CHUNK]:
                 args += [change.member, _num(change.expected), _num(change.new)]
-            result = self._cas(keys=[self.lock_key, index_key()], args=args)
+            result = self._cas(keys=[self.lock_key, self.index_key], args=args)
             self._check(result)
             applied += [bool(flag) for flag in result]
         return applied
@@ -127,7 +131,7 @@ class FencedRedis:
             args = [self.token, "ZADDLT"]
             for name, score in items[start : start + CHUNK // 2]:
                 args += [repr(float(score)), name]
-            self._fenced(keys=[self.lock_key, index_key()], args=args, client=pipe)
+            self._fenced(keys=[self.lock_key, self.index_key], args=args, client=pipe)
         for result in pipe.execute():
             self._check(result)
 
@@ -139,7 +143,8 @@ class FencedRedis:
         args = [self.token, rebuild_id, op]
         for name, value in (fields or {}).items():
             args += [name, value]
-        result = self._rebuild_state(keys=[self.lock_key, state_key, index_built_key()], args=args)
+        keys = [self.lock_key, state_key, self.index_built_key]
+        result = self._rebuild_state(keys=keys, args=args)
         self._check(result)
         return result == 1
 
@@ -149,10 +154,10 @@ class FencedRedis:
         values: list = []
         for member in members:
             values += [repr(float(until)), member]
-        self._command(runs_index_key(), "ZADDXXGT", values)
+        self._command(self.runs_index_key, "ZADDXXGT", values)
 
     def remove_runs(self, members: list[str]) -> None:
-        self._command(runs_index_key(), "ZREM", members)
+        self._command(self.runs_index_key, "ZREM", members)
 
     def push_messages(self, messages: list[tuple[str, bytes]]) -> None:
         """LPUSH pre-built messages to their queues, in one pipeline of fenced scripts."""

@@ -175,7 +175,7 @@ def _admit_all(
 ) -> dict[tuple[int, str], Admitted]:
     admitted: dict[tuple[int, str], Admitted] = {}
     with transaction.atomic(), connection.cursor() as cursor:
-        store.fence(cursor, engine.epoch, "fire")
+        store.fence(cursor, engine.epoch, "fire", engine.partition)
         store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
         for (tenant_id, schema), entries in by_tenant.items():
             engine.checkpoint()  # a slow tenant must not outlast the lease

@@ -30,11 +30,13 @@ from django.db import OperationalError, connection, transaction
 from core.keys import leader_info_key, leader_lock_name
 from core.logs import log_event
 
+from .store import FENCE_LOCK_CLASS
+
 log = logging.getLogger("beat.lease")
 
 BUMP_SQL = """
 INSERT INTO public.beat_schedulerlease (id, epoch, holder, acquired_at, renewed_at)
-VALUES (1, 1, %s, now(), now())
+VALUES (%s, 1, %s, now(), now())
 ON CONFLICT (id) DO UPDATE SET epoch = beat_schedulerlease.epoch + 1,
     holder = EXCLUDED.holder, acquired_at = now(), renewed_at = now()
 RETURNING epoch
@@ -59,6 +61,7 @@ def bump_epoch(
     *,
     lock_wait_seconds: float | None = None,
     holds_lease: Callable[[], bool] | None = None,
+    partition: int = 0,
 ) -> int:
     """Start a new epoch, waiting at most `lock_wait_seconds` for the previous leader's
     in-flight fenced transactions before ending them (see the module docstring).
@@ -78,7 +81,7 @@ def bump_epoch(
                 cursor.execute(
                     "SELECT set_config('lock_timeout', %s, true)", [f"{wait * 1000:.0f}"]
                 )
-                cursor.execute(BUMP_SQL, [holder])
+                cursor.execute(BUMP_SQL, [partition + 1, holder])
                 epoch = cursor.fetchone()[0]
         except OperationalError as exc:
             if not _is_lock_timeout(exc):
@@ -93,51 +96,62 @@ def bump_epoch(
         if not still_ours():
             raise LeaseLost("the Redis lock expired while waiting to bump: not taking over")
         with connection.cursor() as cursor:
-            ended = _end_waiting_lease_holders(cursor)
+            ended = _end_waiting_lease_holders(cursor, partition)
         log_event(
             log,
             "leader.ended_stuck_sessions",
-            "took over from a stuck leader: ended sessions %s",
+            "took over partition %s from a stuck leader: ended sessions %s",
+            partition,
             ended,
             level=logging.WARNING,
+            partition=partition,
             pids=",".join(map(str, ended)),
         )
     raise LeaseLost("could not start a new epoch: the lease row stays locked")
 
 
-def _end_waiting_lease_holders(cursor) -> list[int]:
-    """End the sessions inside a fenced transaction: those holding the lease table in
-    RowShareLock mode (what `SELECT ... FOR SHARE` takes until the transaction ends), in
-    this database only (another deployment's, or a test database's, table has the same
-    name). pg_terminate_backend needs the same role or pg_signal_backend."""
+def _end_waiting_lease_holders(cursor, partition: int) -> list[int]:
+    """End the sessions inside one of the partition's fenced transactions: those holding
+    its shared advisory lock (`beat.store.fence` takes it until the transaction ends), in
+    this database only (another deployment's, or a test database's, lock has the same
+    numbers). The other partitions' leaders hold other keys and are left alone.
+    pg_terminate_backend needs the same role or pg_signal_backend."""
     cursor.execute(
         """
         SELECT pid, pg_terminate_backend(pid) FROM pg_locks
         WHERE database = (SELECT oid FROM pg_database WHERE datname = current_database())
-          AND relation = 'public.beat_schedulerlease'::regclass AND mode = 'RowShareLock'
+          AND locktype = 'advisory' AND classid = %s AND objid = %s AND objsubid = 2
           AND granted AND pid <> pg_backend_pid()
-        """
+        """,
+        [FENCE_LOCK_CLASS, partition],
     )
     return [row[0] for row in cursor.fetchall()]
 
 
-def current_epoch() -> tuple[int, str] | None:
+def current_epoch(partition: int = 0) -> tuple[int, str] | None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT epoch, holder FROM public.beat_schedulerlease WHERE id = 1")
+        cursor.execute(
+            "SELECT epoch, holder FROM public.beat_schedulerlease WHERE id = %s", [partition + 1]
+        )
         row = cursor.fetchone()
     return (row[0], row[1]) if row else None
 
 
 class Lease:
-    def __init__(self, client: redis.Redis, *, holder: str, expire_seconds: int) -> None:
+    """The lease of one partition (the only one, with SCHEDULER_PARTITIONS = 1)."""
+
+    def __init__(
+        self, client: redis.Redis, *, holder: str, expire_seconds: int, partition: int = 0
+    ) -> None:
         self.client = client
         self.holder = holder
+        self.partition = partition
         self.expire_seconds = max(int(expire_seconds), 1)
         self.epoch: int | None = None
         self.token = uuid.uuid4().hex
-        self.lock_key = "lock:" + leader_lock_name()  # python-redis-lock's key
+        self.lock_key = "lock:" + leader_lock_name(partition)  # python-redis-lock's key
         self._lock = redis_lock.Lock(
-            client, leader_lock_name(), expire=self.expire_seconds, id=self.token
+            client, leader_lock_name(partition), expire=self.expire_seconds, id=self.token
         )
         self.renewed_at = 0.0  # time.monotonic() of the last successful take or renewal
         self.step = "take"  # what the leader is doing: named in a late renewal's warning
@@ -164,7 +178,9 @@ class Lease:
         self.renewed_at = time.monotonic()
         self.step = self._step_at_renewal = "take"
         try:
-            self.epoch = bump_epoch(self.holder, holds_lease=self.holds_lock)
+            self.epoch = bump_epoch(
+                self.holder, holds_lease=self.holds_lock, partition=self.partition
+            )
         except Exception:
             self._release_quietly()
             raise
@@ -172,10 +188,12 @@ class Lease:
         log_event(
             log,
             "leader.lease_taken",
-            "took the lease as %s, epoch %s",
+            "took the lease of partition %s as %s, epoch %s",
+            self.partition,
             self.holder,
             self.epoch,
             holder=self.holder,
+            partition=self.partition,
             epoch=self.epoch,
         )
         return True
@@ -232,21 +250,23 @@ class Lease:
         log_event(
             log,
             "leader.step_down",
-            "stepping down (epoch %s): %s",
+            "stepping down from partition %s (epoch %s): %s",
+            self.partition,
             self.epoch,
             reason,
             level=logging.WARNING,
+            partition=self.partition,
             epoch=self.epoch,
             reason=reason,
         )
         self.release()
 
     def _publish_info(self) -> None:
-        self.client.set(leader_info_key(), self.holder, ex=self.expire_seconds)
+        self.client.set(leader_info_key(self.partition), self.holder, ex=self.expire_seconds)
 
     def _release_quietly(self) -> None:
         try:
             self._lock.release()
-            self.client.delete(leader_info_key())
+            self.client.delete(leader_info_key(self.partition))
         except (redis_lock.NotAcquired, redis.RedisError):
             pass

@@ -1,4 +1,10 @@
-"""The runscheduler process: a standby until it takes the lease, then the leader loop.
+"""The runscheduler process: a standby until it takes a lease, then the leader loop.
+
+The tenants are split into SCHEDULER_PARTITIONS partitions (docs/adr/0020), each with its
+own lease and fencing epoch; a process leads the partitions it holds (`PartitionLeader`,
+one engine each) and stands by for the rest, taking and giving up partitions so that they
+spread evenly over the live processes (`beat/partition_plan.py`). With one partition this
+is one leader and its standbys.
 
 Each leader iteration renews the lease first (so a wedged loop loses it), fires what is
 due, advances a rebuild in progress by one bounded step, materialises what enters the
@@ -22,7 +28,16 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from core import index
 from core.clock import Clock
-from core.keys import faults_key, wake_key
+from core.keys import (
+    faults_key,
+    leader_info_key,
+    leader_lock_name,
+    partition_count,
+    schedulers_partitions_key,
+    schedulers_seen_key,
+    tenant_partition,
+    wake_key,
+)
 from core.logs import log_event
 
 from .alerting import Alerting
@@ -30,6 +45,7 @@ from .amqp_writes import leader_writes
 from .engine import Engine, EngineConfig
 from .lease import Lease, LeaseLost, process_identity
 from .metrics import announce, iteration_done
+from .partition_plan import plan
 from .session import bounded_leader_session
 from .store import FencingError
 
@@ -39,29 +55,29 @@ STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError,
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 
 
-class SchedulerProcess:
-    def __init__(
-        self,
-        *,
-        client: redis.Redis,
-        clock: Clock,
-        config: EngineConfig | None = None,
-        lease_seconds: float | None = None,
-        holder: str | None = None,
-    ) -> None:
-        self.client = client
-        self.clock = clock
-        self.config = config or EngineConfig.from_settings()
-        self.holder = holder or process_identity()
-        lease_seconds = lease_seconds or settings.SCHEDULER_LEASE_SECONDS
-        self.lease = Lease(client, holder=self.holder, expire_seconds=int(lease_seconds))
-        # Renew well inside the lease; this also caps how long an idle leader sleeps.
-        self.max_sleep = self.lease.expire_seconds / 4
-        self.standby_poll = min(0.2, self.max_sleep)
+class PartitionLeader:
+    """One partition's leadership in this process: its lease and, while held, its engine."""
+
+    def __init__(self, process: SchedulerProcess, partition: int) -> None:
+        self.process = process
+        self.partition = partition
+        self.client = process.client
+        self.clock = process.clock
+        self.config = process.config
+        self.lease = Lease(
+            process.client,
+            holder=process.holder,
+            expire_seconds=process.lease_seconds,
+            partition=partition,
+        )
         self.engine: Engine | None = None
         self.alerting: Alerting | None = None  # the leader's alert sweep and delivery thread
-        self.iterations = 0
         self.error_backoff = 0.0
+        self.blocked_until = 0.0  # time.monotonic(): not taken again before (after an error)
+
+    @property
+    def held(self) -> bool:
+        return self.lease.held
 
     # --- leadership ------------------------------------------------------------------------
     def try_lead(self) -> bool:
@@ -69,17 +85,20 @@ class SchedulerProcess:
             return True
         if not self.lease.try_acquire():
             return False
-        bounded_leader_session()
+        bounded_leader_session(self.process.holder)
         self.engine = Engine(
             client=self.client,
             clock=self.clock,
             epoch=self.lease.epoch,
             config=self.config,
-            origin=self.holder,
-            writes=leader_writes(self.client, self.lease.lock_key, self.lease.token),
+            origin=self.process.holder,
+            writes=leader_writes(
+                self.client, self.lease.lock_key, self.lease.token, self.partition
+            ),
             checkpoint=self.lease.renew_if_due,
+            partition=self.partition,
         )
-        self.engine.faults.adopt(self.client, faults_key())
+        self.engine.faults.adopt(self.client, faults_key(self.partition))
         self.ensure_index()
         self.engine.relay(force=True)
         self.alerting = Alerting(self.engine)
@@ -88,6 +107,15 @@ class SchedulerProcess:
 
     def step_down(self, reason: str) -> None:
         self.lease.step_down(reason)
+        self._drop_engine()
+
+    def release(self) -> None:
+        """Give the partition up on purpose (rebalance, shutdown): the lease is deleted, so
+        another process takes it at its next turn rather than after the lease expires."""
+        self.lease.release()
+        self._drop_engine()
+
+    def _drop_engine(self) -> None:
         if self.alerting is not None:
             self.alerting.stop()  # it claims nothing more: its claims are fenced anyway
             self.alerting = None
@@ -102,18 +130,18 @@ class SchedulerProcess:
         engine = self.engine
         if engine is None or engine.rebuild is not None:
             return
-        if not index.is_built(self.client):
+        if not index.is_built(self.client, self.partition):
             engine.start_rebuild(lost=True)
 
     # --- one leader iteration ------------------------------------------------------------
     def lead_once(self) -> float:
-        """Do everything due now; return how long to sleep (seconds)."""
+        """Do everything due now in this partition; return how long to sleep (seconds)."""
         engine = self.engine
         started = time.monotonic()
         step = self._step
         step("the iteration's start")
         self.lease.renew()
-        bounded_leader_session()
+        bounded_leader_session(self.process.holder)
         self.ensure_index()
         step("read_ended")
         engine.read_ended()
@@ -149,7 +177,6 @@ class SchedulerProcess:
         engine.publish_admission()
         iteration_done(self.client, started)
         step("sleep")
-        self.iterations += 1
         busy = (
             processed >= self.config.materialise_batch
             or engine.materialise_interrupted
@@ -159,7 +186,7 @@ class SchedulerProcess:
             return 0.0  # more work waits: go on after renewing
         # Runs waiting for admission go as slots free up: an ended attempt wakes the
         # leader, and it looks again at least every poll interval (a lost wake-up).
-        cap = self.max_sleep
+        cap = self.process.max_sleep
         if engine.runs_waiting_for_admission():
             cap = min(cap, self.config.admission.poll_seconds)
         next_due = engine.next_due()
@@ -170,28 +197,255 @@ class SchedulerProcess:
     def _step(self, name: str) -> None:
         self.lease.step = name
 
-    def wait(self, seconds: float) -> None:
-        """Sleep until `seconds` pass or something wakes the leader."""
-        if seconds < 0.002:
-            return
-        popped = self.client.blpop([wake_key()], timeout=seconds)
-        if popped is None:
-            return
-        messages = [popped[1], *self._drain_wake()]
-        for raw in messages:
-            self._handle_wake(raw.decode())
 
-    def _drain_wake(self) -> list[bytes]:
+class SchedulerProcess:
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        lease_seconds: float | None = None,
+        holder: str | None = None,
+        partitions: int | None = None,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.config = config or EngineConfig.from_settings()
+        self.holder = holder or process_identity()
+        self.lease_seconds = int(lease_seconds or settings.SCHEDULER_LEASE_SECONDS)
+        self.partition_count = partitions or partition_count()
+        if self.partition_count != partition_count():
+            raise ValueError("partitions must be SCHEDULER_PARTITIONS (the keys depend on it)")
+        self.partitions = [PartitionLeader(self, n) for n in range(self.partition_count)]
+        lease = self.partitions[0].lease
+        # Renew well inside the lease; this also caps how long an idle leader sleeps.
+        self.max_sleep = lease.expire_seconds / 4
+        self.standby_poll = min(0.2, self.max_sleep)
+        # With partitions, how often a process looks at who holds what, leading or not (a
+        # pipeline of 2P + 4 commands): a dead process's partitions go within this of expiring.
+        self.fleet_poll = min(0.1, self.standby_poll)
+        # A partition seen free this long is taken by any process, over its share: a dead
+        # process may still be counted as live for a moment, and its partitions must not
+        # wait for that.
+        self.orphan_seconds = self.fleet_poll
+        self.live_window = max(self.lease_seconds / 2, 10 * self.fleet_poll)
+        self._free_since: dict[int, float] = {}
+        self._refused_count: int | None = None  # another live process's different count
+        self.iterations = 0
+
+    # --- the only partition, with SCHEDULER_PARTITIONS = 1 (and tests) ----------------------
+    @property
+    def lease(self) -> Lease:
+        return self.partitions[0].lease
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.partitions[0].engine
+
+    @property
+    def alerting(self) -> Alerting | None:
+        return self.partitions[0].alerting
+
+    @property
+    def error_backoff(self) -> float:
+        return max(p.error_backoff for p in self.partitions)
+
+    def held(self) -> list[PartitionLeader]:
+        return [p for p in self.partitions if p.held]
+
+    # --- leadership ------------------------------------------------------------------------
+    def try_lead(self) -> bool:
+        """Take and give up partitions by the plan; True while this process leads any."""
+        if self.partition_count == 1:  # one lease: take it whenever it is free
+            only = self.partitions[0]
+            return only.held or (time.monotonic() >= only.blocked_until and only.try_lead())
+        self.rebalance()
+        return bool(self.held())
+
+    def rebalance(self) -> None:
+        view = self._read_fleet()
+        if view is None:
+            return
+        holders, live = view
+        now = time.monotonic()
+        for partition in range(self.partition_count):
+            if holders.get(partition) is None:
+                self._free_since.setdefault(partition, now)
+            else:
+                self._free_since.pop(partition, None)
+        blocked = frozenset(p.partition for p in self.partitions if now < p.blocked_until)
+        decided = plan(
+            me=self.holder,
+            partitions=self.partition_count,
+            live=live,
+            holders=holders,
+            free_for={p: now - t for p, t in self._free_since.items()},
+            orphan_seconds=self.orphan_seconds,
+            blocked=blocked,
+        )
+        if decided.release is not None:
+            leader = self.partitions[decided.release]
+            log_event(
+                log,
+                "leader.partition_released",
+                "gave up partition %s to even out the fleet (%s processes live)",
+                decided.release,
+                len(live),
+                partition=decided.release,
+                live=len(live),
+            )
+            leader.release()
+        for partition in decided.take:
+            leader = self.partitions[partition]
+            try:
+                leader.try_lead()
+            except STEP_DOWN_ERRORS as exc:  # lost the race, or Redis / PostgreSQL away
+                if leader.held:
+                    leader.step_down(f"{exc.__class__.__name__}: {exc}")
+            except Exception as exc:  # that partition's trouble, not the others'
+                self._failed(leader, exc, wait=None)
+
+    def _read_fleet(self) -> tuple[dict[int, str | None], list[str]] | None:
+        """Who holds each partition (None: nobody), and the processes seen looking within
+        `live_window`; None when another live process runs with a different partition
+        count (this one then leads nothing new, and says so)."""
+        wall = time.time()
+        pipe = self.client.pipeline(transaction=False)
+        for partition in range(self.partition_count):
+            pipe.exists("lock:" + leader_lock_name(partition))
+            pipe.get(leader_info_key(partition))
+        # Live: seen looking within the window. Much shorter than the lease, so that a dead
+        # process has left the count before its leases expire and the survivors' shares
+        # grow; a process whose turn runs longer only looks dead for a moment, which costs
+        # nothing while every partition is led.
+        pipe.zadd(schedulers_seen_key(), {self.holder: wall})
+        pipe.zremrangebyscore(schedulers_seen_key(), "-inf", wall - 60)
+        pipe.zrangebyscore(schedulers_seen_key(), wall - self.live_window, "+inf")
+        pipe.hgetall(schedulers_partitions_key())
+        *pairs, _, _, members, counts = pipe.execute()
+        holders: dict[int, str | None] = {}
+        for partition in range(self.partition_count):
+            locked, info = pairs[2 * partition], pairs[2 * partition + 1]
+            holders[partition] = (info.decode() if info else "?") if locked else None
+        live = [m.decode() for m in members]
+        others = {
+            int(counts[m.encode()]) for m in live if m != self.holder and m.encode() in counts
+        } - {self.partition_count}
+        if others:
+            if self._refused_count != min(others):
+                self._refused_count = min(others)
+                log_event(
+                    log,
+                    "scheduler.partitions_mismatch",
+                    "not leading: a live runscheduler runs with SCHEDULER_PARTITIONS=%s, "
+                    "this one with %s; stop every runscheduler before changing it",
+                    min(others),
+                    self.partition_count,
+                    level=logging.ERROR,
+                    theirs=min(others),
+                    ours=self.partition_count,
+                )
+            return None
+        self._refused_count = None
+        return holders, live
+
+    def step_down(self, reason: str) -> None:
+        for leader in self.held():
+            leader.step_down(reason)
+
+    def ensure_index(self) -> None:
+        for leader in self.held():
+            leader.ensure_index()
+
+    # --- one turn ----------------------------------------------------------------------------
+    def lead_once(self) -> float:
+        """One iteration of every partition held; how long to sleep (seconds). An error
+        leaves the partition where it happened (raised with P = 1, where the caller steps
+        down and backs off; with more, that partition alone steps down, see `_failed`)."""
+        sleeps = []
+        for leader in self.held():
+            if self.partition_count == 1:
+                sleeps.append(leader.lead_once())
+                leader.error_backoff = 0.0
+                continue
+            try:
+                sleeps.append(leader.lead_once())
+                leader.error_backoff = 0.0
+            except STEP_DOWN_ERRORS as exc:
+                leader.step_down(f"{exc.__class__.__name__}: {exc}")
+            except Exception as exc:
+                self._failed(leader, exc, wait=None)
+        self.iterations += 1
+        return min(sleeps, default=self.standby_poll)
+
+    def _failed(self, leader: PartitionLeader, exc: Exception, wait) -> None:
+        log_event(
+            log,
+            "leader.error",
+            "unexpected error in the scheduler loop (partition %s)",
+            leader.partition,
+            level=logging.ERROR,
+            exc_info=True,
+            error=exc.__class__.__name__,
+            partition=leader.partition,
+        )
+        leader.step_down(f"unexpected {exc.__class__.__name__}: {exc}")
+        leader.error_backoff = min(max(leader.error_backoff * 2, 1.0), MAX_ERROR_BACKOFF_SECONDS)
+        log_event(
+            log,
+            "leader.backoff",
+            "backing off %.0fs before trying to lead partition %s again",
+            leader.error_backoff,
+            leader.partition,
+            level=logging.WARNING,
+            seconds=leader.error_backoff,
+            partition=leader.partition,
+        )
+        if wait is not None:  # P = 1: the process has nothing else to do meanwhile
+            wait(leader.error_backoff)
+        else:
+            leader.blocked_until = time.monotonic() + leader.error_backoff
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until `seconds` pass or something wakes one of the partitions held. With
+        several partitions the sleep is cut into standby polls, each followed by a look at
+        the fleet, so that a dead process's partitions are taken within a poll of their
+        leases expiring even by a process that leads others and has nothing due."""
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining < 0.002:
+                return
+            held = self.held()
+            if self.partition_count > 1:
+                remaining = min(remaining, self.fleet_poll)
+            keys = [wake_key(p.partition) for p in held] or [wake_key(0)]
+            popped = self.client.blpop(keys, timeout=remaining)
+            if popped is not None:
+                for raw in [popped[1], *self._drain_wake(keys)]:
+                    self._handle_wake(raw.decode())
+                return
+            if self.partition_count > 1:
+                self.rebalance()
+                if self.held() != held:
+                    return  # a partition taken or given up: lead at once
+
+    def _drain_wake(self, keys: list[str]) -> list[bytes]:
         pipe = self.client.pipeline()
-        pipe.lrange(wake_key(), 0, -1)
-        pipe.delete(wake_key())
-        return pipe.execute()[0]
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+            pipe.delete(key)
+        return [m for batch in pipe.execute()[::2] for m in batch]
 
     def _handle_wake(self, message: str) -> None:
         kind, _, rest = message.partition(":")
-        if kind == "release" and self.engine is not None:
-            tenant_id, _, job_id = rest.partition(":")
-            self.engine.release_held(int(tenant_id), int(job_id))
+        if kind != "release":
+            return
+        tenant_id, _, job_id = rest.partition(":")
+        engine = self.partitions[tenant_partition(int(tenant_id))].engine
+        if engine is not None:
+            engine.release_held(int(tenant_id), int(job_id))
 
     # --- the process -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -199,50 +453,45 @@ class SchedulerProcess:
         log_event(
             log,
             "scheduler.started",
-            "runscheduler %s started; waiting for the lease",
+            "runscheduler %s started with %s partition(s); waiting for a lease",
             self.holder,
+            self.partition_count,
             holder=self.holder,
+            partitions=self.partition_count,
         )
         while not stop.is_set():
             self.run_once(stop)
-        if self.alerting is not None:
-            self.alerting.stop(wait_seconds=5.0)
-        if self.lease.held:
-            self.lease.release()
-            log_event(log, "leader.lease_released", "released the lease on shutdown")
+        for leader in self.partitions:
+            if leader.alerting is not None:
+                leader.alerting.stop(wait_seconds=5.0)
+            if leader.held:
+                leader.release()
+                log_event(
+                    log,
+                    "leader.lease_released",
+                    "released the lease of partition %s on shutdown",
+                    leader.partition,
+                    partition=leader.partition,
+                )
 
     def run_once(self, stop: threading.Event) -> None:
         """One turn of the process loop: lead (or try to), and survive whatever happens."""
-        announce(self.client, self.holder, self.lease.expire_seconds)
+        announce(self.client, self.holder, self.lease_seconds, partitions=self.partition_count)
         try:
             if not self.try_lead():
-                stop.wait(self.standby_poll)
+                stop.wait(self.standby_poll if self.partition_count == 1 else self.fleet_poll)
                 return
             self.wait(self.lead_once())
-            self.error_backoff = 0.0
         except STEP_DOWN_ERRORS as exc:
             self.step_down(f"{exc.__class__.__name__}: {exc}")
             stop.wait(self.standby_poll)
         except Exception as exc:  # a bug or bad data we did not foresee: never exit
-            log_event(
-                log,
-                "leader.error",
-                "unexpected error in the scheduler loop",
-                level=logging.ERROR,
-                exc_info=True,
-                error=exc.__class__.__name__,
-            )
-            self.step_down(f"unexpected {exc.__class__.__name__}: {exc}")
-            self.error_backoff = min(max(self.error_backoff * 2, 1.0), MAX_ERROR_BACKOFF_SECONDS)
-            log_event(
-                log,
-                "leader.backoff",
-                "backing off %.0fs before trying to lead again",
-                self.error_backoff,
-                level=logging.WARNING,
-                seconds=self.error_backoff,
-            )
-            stop.wait(self.error_backoff)
+            if self.partition_count == 1:
+                self._failed(self.partitions[0], exc, wait=stop.wait)
+                return
+            for leader in self.held():  # outside any one partition's work (see lead_once)
+                self._failed(leader, exc, wait=None)
+            stop.wait(self.standby_poll)
 
 
 def check_clock_skew(clock: Clock) -> float:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from django.db import connection
 
 from core import index
-from core.keys import index_key
 from core.logs import log_event
 from jobs.schedule_fields import calendar_value, schedule_of
 from jobs.schedules import ScheduleError
@@ -60,7 +59,7 @@ def materialise(engine: Engine) -> int:
     now = engine.clock.now()
     horizon = now + timedelta(seconds=engine.config.lookahead_seconds)
     entries = index.due(
-        engine.client, index_key(), horizon.timestamp(), engine.config.materialise_batch
+        engine.client, engine.index_key, horizon.timestamp(), engine.config.materialise_batch
     )
     by_tenant: dict[int, dict[int, float]] = defaultdict(dict)
     for tenant_id, job_id, score in entries:
@@ -109,7 +108,7 @@ def _materialise_tenant(
 
     def work() -> TenantPass:
         with connection.cursor() as cursor:
-            store.fence(cursor, engine.epoch, "materialise")
+            store.fence(cursor, engine.epoch, "materialise", engine.partition)
             return _plan_and_write(engine, cursor, schema, list(scores), now, horizon, max_runs)
 
     ran, result = isolated(engine.faults, tenant_id, schema, work)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import redis
 
-from core.keys import schedulers_key
+from core.keys import schedulers_key, schedulers_partitions_key
 from core.metrics import LEADER, tenant_label
 from runs import states
 from tenants.services import slug_for_schema
@@ -70,9 +70,16 @@ def flush(client) -> bool:
     return True
 
 
-def announce(client, holder: str, lease_seconds: float) -> None:
+def announcement_ttl(lease_seconds: float) -> float:
+    """How long an announcement stands (`tickwork_schedulers` counts those standing)."""
+    return max(3 * lease_seconds, 5.0)
+
+
+def announce(client, holder: str, lease_seconds: float, *, partitions: int = 1) -> None:
     """Every scheduler process, leader or standby, says it is alive about once a second
-    (for `tickwork_schedulers`: a fleet down to one process has no standby left)."""
+    (for `tickwork_schedulers`: a fleet down to one process has no standby left; and for
+    the partition plan, which spreads partitions over the live processes), with the
+    partition count it runs with."""
     now = time.monotonic()
     if now - _last_announce.get(holder, float("-inf")) < FLUSH_SECONDS:
         return
@@ -80,8 +87,12 @@ def announce(client, holder: str, lease_seconds: float) -> None:
     wall = time.time()
     try:
         pipe = client.pipeline(transaction=False)
-        pipe.zadd(schedulers_key(), {holder: wall + max(3 * lease_seconds, 5.0)})
+        pipe.zadd(schedulers_key(), {holder: wall + announcement_ttl(lease_seconds)})
+        pipe.zrangebyscore(schedulers_key(), "-inf", wall)
         pipe.zremrangebyscore(schedulers_key(), "-inf", wall)
-        pipe.execute()
+        pipe.hset(schedulers_partitions_key(), holder, partitions)
+        gone = pipe.execute()[1]
+        if gone:
+            client.hdel(schedulers_partitions_key(), *gone)
     except redis.RedisError:
         pass  # the lease handling notices Redis is away; this is only a figure

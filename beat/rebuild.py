@@ -39,7 +39,7 @@ from django.db import connection
 from psycopg import sql
 
 from core import index
-from core.keys import index_key, rebuild_state_key
+from core.keys import partition_count, rebuild_state_key
 from core.logs import log_event
 from core.sql import table
 from runs.status_sql import STATUS
@@ -91,14 +91,17 @@ class IndexRebuild:
         state_key: str | None = None,
         messages: PendingRuns | None = None,
         checkpoint: Callable[[], None] = lambda: None,
+        tenants: TenantDirectory | None = None,
     ) -> None:
+        """`writes` decide the partition whose index is rebuilt; `tenants` must be that
+        partition's (both default to the only one, with SCHEDULER_PARTITIONS = 1)."""
         self.client = client
         self.writes = writes
-        self.key = state_key or rebuild_state_key()
+        self.key = state_key or rebuild_state_key(writes.partition)
         self.messages = messages
         self.checkpoint = checkpoint
         self.progress = Progress()
-        self.tenants = TenantDirectory()
+        self.tenants = tenants or TenantDirectory(writes.partition, partition_count())
         self.id: str | None = None
         self.prune = False
         self.waiting = False  # the last step found only tenants waiting for a retry
@@ -349,7 +352,7 @@ class IndexRebuild:
 
     def _prune_page(self) -> bool:
         position = self._cursor("prune:cursor") or 0
-        position, raw = self.client.zscan(index_key(), position, count=PAGE)
+        position, raw = self.client.zscan(self.writes.index_key, position, count=PAGE)
         by_tenant: dict[int, dict[int, float]] = {}
         for member, score in raw:
             tenant_id, job_id = index.parse_member(member)

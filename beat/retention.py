@@ -78,7 +78,7 @@ class Retention:
             ):
                 return 0
             self.last_started = now
-            self.turns.start(self._tenants(now))
+            self.turns.start(self._tenants(now, engine))
         deadline = time.monotonic() + self.config.budget_seconds
         pruned = 0
         while len(self.turns):
@@ -91,7 +91,7 @@ class Retention:
                 break
         return pruned
 
-    def _tenants(self, now: datetime) -> list[TenantTurn]:
+    def _tenants(self, now: datetime, engine: Engine) -> list[TenantTurn]:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT id, schema_name, run_retention_days FROM public.tenants_tenant"
@@ -100,6 +100,8 @@ class Retention:
             rows = cursor.fetchall()
         turns = []
         for tenant_id, schema, own in rows:
+            if not engine.tenants.includes(tenant_id):
+                continue  # another partition's leader prunes it
             cutoff = cutoff_for(now, retention_days(own, self.config.default_days))
             if cutoff is not None:
                 turns.append(TenantTurn(tenant_id, schema, cutoff))
@@ -131,7 +133,7 @@ class Retention:
     def _batch(self, engine: Engine, turn: TenantTurn, limit: int) -> Pruned:
         """One batch in its own transaction (`isolated` opens it): fenced, time-bounded."""
         with connection.cursor() as cursor:
-            store.fence(cursor, engine.epoch, "prune")
+            store.fence(cursor, engine.epoch, "prune", engine.partition)
             cursor.execute(
                 "SELECT set_config('statement_timeout', %s, true)",
                 [f"{self.config.statement_timeout_seconds * 1000:.0f}"],

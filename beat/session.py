@@ -16,8 +16,10 @@ from django.db import connection
 _configured: weakref.WeakSet = weakref.WeakSet()  # raw connections already set up
 
 
-def bounded_leader_session() -> None:
-    """Apply the leader's timeouts to the current connection, once per connection."""
+def bounded_leader_session(holder: str | None = None) -> None:
+    """Apply the leader's timeouts to the current connection, once per connection; with
+    `holder`, name the session after it (`pg_stat_activity.application_name`), so that an
+    operator, and the chaos suite's audit, can tell which scheduler wrote what."""
     connection.ensure_connection()
     raw = connection.connection
     if raw in _configured:
@@ -32,6 +34,11 @@ def bounded_leader_session() -> None:
     with connection.cursor() as cursor:
         for name, seconds in values.items():
             cursor.execute("SELECT set_config(%s, %s, false)", [name, f"{seconds * 1000:.0f}"])
+        if holder:
+            cursor.execute(
+                "SELECT set_config('application_name', %s, false)",
+                [f"tickwork-scheduler {holder}"[:63]],
+            )
     # The sweeps' chunk statements (one per chunk of tenants per sweep) stay prepared.
     raw.prepared_max = max(raw.prepared_max or 0, 500)
     _configured.add(raw)

@@ -16,6 +16,7 @@ from core.keys import (
     index_built_key,
     index_key,
     leader_info_key,
+    partition_count,
     rebuild_state_key,
 )
 from core.sql import table
@@ -131,31 +132,78 @@ def tenant_usage_rows(now: datetime) -> list[dict]:
     return rows
 
 
-def scheduler_status(client, now: datetime) -> dict:
-    raw_leader = client.get(leader_info_key())
-    lease = current_epoch()
-    overdue = _overdue(now)
-    oldest = [overdue["oldest_run"], overdue["oldest_job"]]
-    lags = [now.timestamp() - t.timestamp() for t in oldest if t is not None]
-    faults = client.get(faults_key())
-    rebuild = client.hgetall(rebuild_state_key())
-    admission = client.get(admission_stats_key())
+def partition_status(client, partition: int) -> dict:
+    """One partition's lease and indexes (the only one, with SCHEDULER_PARTITIONS = 1)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.get(leader_info_key(partition))
+    pipe.get(faults_key(partition))
+    pipe.hgetall(rebuild_state_key(partition))
+    pipe.get(admission_stats_key(partition))
+    pipe.exists(index_built_key(partition))
+    pipe.zcard(index_key(partition))
+    pipe.zcard(index.runs_index_key(partition))
+    raw_leader, faults, rebuild, admission, built, size, runs_size = pipe.execute()
+    lease = current_epoch(partition)
     return {
+        "partition": partition,
         "leader": raw_leader.decode() if raw_leader else None,
         "epoch": lease[0] if lease else None,
         "last_holder": lease[1] if lease else None,
-        "index_built": bool(client.exists(index_built_key())),
+        "index_built": bool(built),
         "index_rebuilding": bool(rebuild),
         "index_rebuild_phases": json.loads(rebuild[b"phases"]) if b"phases" in rebuild else [],
-        "index_size": client.zcard(index_key()),
-        "runs_index_size": client.zcard(index.runs_index_key()),
+        "index_size": size,
+        "runs_index_size": runs_size,
+        "failing_tenants": json.loads(faults) if faults else [],
+        "admission": json.loads(admission) if admission else None,
+    }
+
+
+def _merged_admission(parts: list[dict]) -> dict | None:
+    """The partitions' admission views as one: broker room summed, tenants together (each
+    tenant is in one partition)."""
+    views = [p["admission"] for p in parts if p["admission"] is not None]
+    if not views:
+        return None
+    rooms = [v["room"] for v in views if v.get("room") is not None]
+    return {
+        "at": min(v["at"] for v in views),
+        "room": sum(rooms) if rooms else None,
+        "tenants": {t: row for v in views for t, row in v["tenants"].items()},
+        "partitions_reporting": len(views),
+    }
+
+
+def scheduler_status(client, now: datetime) -> dict:
+    """The fleet's state. With one partition the top-level fields are its lease and
+    indexes; with more, `leader` and `epoch` name partition 0's and the index fields are
+    totals, each partition's own under `partitions`."""
+    parts = [partition_status(client, p) for p in range(partition_count())]
+    overdue = _overdue(now)
+    oldest = [overdue["oldest_run"], overdue["oldest_job"]]
+    lags = [now.timestamp() - t.timestamp() for t in oldest if t is not None]
+    first = parts[0]
+    return {
+        "leader": first["leader"],
+        "epoch": first["epoch"],
+        "last_holder": first["last_holder"],
+        "partition_count": len(parts),
+        "partitions_led": sum(1 for p in parts if p["leader"]),
+        "index_built": all(p["index_built"] for p in parts),
+        "index_rebuilding": any(p["index_rebuilding"] for p in parts),
+        "index_rebuild_phases": sorted({ph for p in parts for ph in p["index_rebuild_phases"]}),
+        "index_size": sum(p["index_size"] for p in parts),
+        "runs_index_size": sum(p["runs_index_size"] for p in parts),
         "due_unfired_runs": overdue["runs"],
         "due_unmaterialised_jobs": overdue["jobs"],
         "oldest_unfired_lag_seconds": round(max(lags), 3) if lags else None,
-        "failing_tenants": json.loads(faults) if faults else [],
+        "failing_tenants": [f for p in parts for f in p["failing_tenants"]],
         "unreadable_schemas": overdue["unreadable"],
-        # The leader's own view of admission: broker room, and per tenant id what it
+        # The leaders' own view of admission: broker room, and per tenant id what it
         # counts in flight and holds waiting (null when no leader published one lately).
-        "admission": json.loads(admission) if admission else None,
+        "admission": first["admission"] if len(parts) == 1 else _merged_admission(parts),
+        "partitions": [
+            {k: v for k, v in p.items() if k not in ("admission", "failing_tenants")} for p in parts
+        ],
         "tenants": tenant_usage_rows(now),
     }

@@ -86,19 +86,27 @@ class FencingError(Exception):
     """This process's lease epoch is no longer current: it must stop writing at once."""
 
 
-def fence(cursor, epoch: int, step: str = "") -> None:
-    """Invariant 3: hold the lease row FOR SHARE while this transaction writes.
+# The advisory lock class of the fencing check (the second key is the partition): a new
+# leader of partition n ends, if it must, exactly the sessions holding (class, n), never
+# another partition's leader (beat/lease.py).
+FENCE_LOCK_CLASS = 742_001
+
+
+def fence(cursor, epoch: int, step: str = "", partition: int = 0) -> None:
+    """Invariant 3: hold the partition's lease row FOR SHARE while this transaction writes.
 
     A new leader's epoch bump (an UPDATE of the same row) waits for this transaction (for a
     bounded time, see `beat.lease.bump_epoch`), and once it commits, this check fails for
-    the old epoch.
+    the old epoch. The shared advisory lock names the partition in `pg_locks`, which a row
+    lock does not: it is how the bump finds the sessions to end.
     """
     cursor.execute(
-        "SELECT 1 FROM public.beat_schedulerlease WHERE id = 1 AND epoch = %s FOR SHARE",
-        [epoch],
+        "SELECT pg_advisory_xact_lock_shared(%s, %s) FROM public.beat_schedulerlease"
+        " WHERE id = %s AND epoch = %s FOR SHARE",
+        [FENCE_LOCK_CLASS, partition, partition + 1, epoch],
     )
     if cursor.fetchone() is None:
-        raise FencingError(f"lease epoch {epoch} is no longer current")
+        raise FencingError(f"lease epoch {epoch} of partition {partition} is no longer current")
     freeze_in_fence(step)  # the chaos suite's failpoint (core/failpoints.py)
 
 

@@ -319,7 +319,7 @@ def reap_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
     timeout = engine.config.visibility_timeout_seconds
     now = engine.clock.now()
     with connection.cursor() as cursor:
-        store.fence(cursor, engine.epoch, "reap")
+        store.fence(cursor, engine.epoch, "reap", engine.partition)
         reaped = reaper.reap_lost(cursor, schema, now, timeout)
         stale = reaper.stale_queued(cursor, schema, timeout)
         entries = [engine.runs.build(tenant_id, schema, ref) for ref in stale]

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from django.db import connection
 
+from core.partitions import partition_of
+
 
 class TenantDirectory:
-    def __init__(self) -> None:
+    """The tenants of one partition (docs/adr/0020); of every tenant with the defaults.
+    A tenant of another partition is unknown here, as a suspended one is."""
+
+    def __init__(self, partition: int = 0, partitions: int = 1) -> None:
+        self.partition = partition
+        self.partitions = partitions
         self._schemas: dict[int, str] = {}
 
     def refresh(self) -> None:
@@ -19,9 +26,19 @@ class TenantDirectory:
                 "SELECT id, schema_name FROM public.tenants_tenant"
                 " WHERE schema_name <> 'public' AND suspended_at IS NULL"
             )
-            self._schemas = dict(cursor.fetchall())
+            rows = cursor.fetchall()
+        self._schemas = {
+            tenant_id: schema
+            for tenant_id, schema in rows
+            if partition_of(tenant_id, self.partitions) == self.partition
+        }
+
+    def includes(self, tenant_id: int) -> bool:
+        return partition_of(tenant_id, self.partitions) == self.partition
 
     def schema(self, tenant_id: int) -> str | None:
+        if not self.includes(tenant_id):
+            return None
         if tenant_id not in self._schemas:
             self.refresh()
         return self._schemas.get(tenant_id)

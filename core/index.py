@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from .keys import index_built_key, index_key, runs_index_key, wake_key
+from .keys import index_built_key, index_key, runs_index_key, tenant_partition, wake_key
 
 
 def member(tenant_id: int, object_id: object) -> str:
@@ -33,17 +33,30 @@ def parse_member(raw: bytes | str) -> tuple[int, str]:
     return int(tenant), object_id
 
 
-def lower_jobs(pipe, entries: Iterable[tuple[int, int, datetime]]) -> None:
-    """Add each job, or move its score earlier (never later): safe in any order."""
-    mapping = {member(t, j): when.timestamp() for t, j, when in entries}
-    if mapping:
-        pipe.zadd(index_key(), mapping, lt=True)
+def _by_partition(entries: Iterable[tuple[int, object, datetime]]) -> dict[int, dict]:
+    """Entries grouped by their tenant's partition: `{partition: {member: score}}`."""
+    out: dict[int, dict] = {}
+    for tenant_id, object_id, when in entries:
+        out.setdefault(tenant_partition(tenant_id), {})[member(tenant_id, object_id)] = (
+            when.timestamp()
+        )
+    return out
 
 
-def put_runs(pipe, entries: Iterable[tuple[int, object, datetime]]) -> None:
-    mapping = {member(t, r): when.timestamp() for t, r, when in entries}
-    if mapping:
-        pipe.zadd(runs_index_key(), mapping)
+def lower_jobs(pipe, entries: Iterable[tuple[int, int, datetime]]) -> set[int]:
+    """Add each job, or move its score earlier (never later): safe in any order. Returns
+    the partitions written (their leaders are the ones to wake)."""
+    grouped = _by_partition(entries)
+    for partition, mapping in grouped.items():
+        pipe.zadd(index_key(partition), mapping, lt=True)
+    return set(grouped)
+
+
+def put_runs(pipe, entries: Iterable[tuple[int, object, datetime]]) -> set[int]:
+    grouped = _by_partition(entries)
+    for partition, mapping in grouped.items():
+        pipe.zadd(runs_index_key(partition), mapping)
+    return set(grouped)
 
 
 def due(client, key: str, horizon: float, limit: int) -> list[tuple[int, str, float]]:
@@ -56,10 +69,17 @@ def earliest(client, key: str) -> float | None:
     return head[0][1] if head else None
 
 
-def is_built(client) -> bool:
-    return bool(client.exists(index_built_key()))
+def is_built(client, partition: int = 0) -> bool:
+    return bool(client.exists(index_built_key(partition)))
 
 
-def wake(client, *reasons: str) -> None:
-    """Wake the leader now (it sleeps until its next due instant otherwise)."""
-    client.lpush(wake_key(), *(reasons or ("index",)))
+def wake(client, *reasons: str, partitions: Iterable[int] = (0,)) -> None:
+    """Wake the leaders of these partitions now (each sleeps until its next due instant
+    otherwise)."""
+    for partition in partitions:
+        client.lpush(wake_key(partition), *(reasons or ("index",)))
+
+
+def wake_tenant(pipe, tenant_id: int, reason: str) -> None:
+    """Queue a wake-up of the tenant's leader on `pipe` (RPUSH: after what is queued)."""
+    pipe.rpush(wake_key(tenant_partition(tenant_id)), reason)

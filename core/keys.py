@@ -1,69 +1,96 @@
-"""Names of the engine's Redis keys. All are rebuildable from PostgreSQL (invariant 6)."""
+"""Names of the engine's Redis keys. All are rebuildable from PostgreSQL (invariant 6).
+
+The keys a leader writes are per partition (docs/adr/0020): with `SCHEDULER_PARTITIONS`
+above 1 each carries the hash tag `{p<n>.<P>}`, so that one partition's keys, the fencing
+scripts' lock among them, share one Redis Cluster slot; the partition count is in the tag,
+so a changed count starts from empty indexes (rebuilt from PostgreSQL). With one partition
+the names are those of a single leader (no tag), as before partitions existed.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
+
+from core.partitions import partition_of
 
 
 def _key(*parts: str) -> str:
     return ":".join([settings.SCHEDULER_REDIS_PREFIX, *parts])
 
 
-def index_key() -> str:
+def partition_count() -> int:
+    return settings.SCHEDULER_PARTITIONS
+
+
+def tenant_partition(tenant_id: int) -> int:
+    """The partition whose leader handles the tenant (services and workers write there)."""
+    return partition_of(tenant_id, partition_count())
+
+
+def _pkey(partition: int, *parts: str) -> str:
+    count = partition_count()
+    if count == 1:
+        return _key(*parts)
+    if not 0 <= partition < count:
+        raise ValueError(f"partition {partition} is not in 0..{count - 1}")
+    return ":".join([settings.SCHEDULER_REDIS_PREFIX, f"{{p{partition}.{count}}}", *parts])
+
+
+def index_key(partition: int = 0) -> str:
     """Sorted set: member `<tenant id>:<job id>`, score = the job's next_run_at (epoch s)."""
-    return _key("index")
+    return _pkey(partition, "index")
 
 
-def runs_index_key() -> str:
+def runs_index_key(partition: int = 0) -> str:
     """Sorted set: member `<tenant id>:<run id>`, score = when the run is due; runs admitted
     one by one (manual, backfill, replay, retry)."""
-    return _key("runs")
+    return _pkey(partition, "runs")
 
 
-def index_built_key() -> str:
+def index_built_key(partition: int = 0) -> str:
     """Present once the index holds every schedulable job; gone after a Redis flush."""
-    return _key("index", "built")
+    return _pkey(partition, "index", "built")
 
 
-def rebuild_state_key() -> str:
+def rebuild_state_key(partition: int = 0) -> str:
     """Hash: the progress of the rebuild in progress (phases left, per-tenant cursors)."""
-    return _key("index", "rebuild")
+    return _pkey(partition, "index", "rebuild")
 
 
-def faults_key() -> str:
+def faults_key(partition: int = 0) -> str:
     """JSON: the tenants the leader skips right now and why (for scheduler_status)."""
-    return _key("leader", "faults")
+    return _pkey(partition, "leader", "faults")
 
 
-def leader_lock_name() -> str:
-    return _key("leader")  # python-redis-lock stores it under `lock:<name>`
+def leader_lock_name(partition: int = 0) -> str:
+    return _pkey(partition, "leader")  # python-redis-lock stores it under `lock:<name>`
 
 
-def leader_info_key() -> str:
+def leader_info_key(partition: int = 0) -> str:
     """`hostname:pid` of the leading runscheduler, with the lease's expiry."""
-    return _key("leader", "info")
+    return _pkey(partition, "leader", "info")
 
 
-def wake_key() -> str:
+def wake_key(partition: int = 0) -> str:
     """List: services and workers push here to wake the leader early."""
-    return _key("wake")
+    return _pkey(partition, "wake")
 
 
-def ended_key() -> str:
+def ended_key(partition: int = 0) -> str:
     """List: `<tenant id>:<run id>:<attempt>` of attempts that stopped being in flight
     (ended, cancelled), pushed by workers and services; the leader's admission control
     reads it to free the tenant's quota slot (capped: a periodic recount covers the rest)."""
-    return _key("ended")
+    return _pkey(partition, "ended")
 
 
-def admission_waiting_key() -> str:
+def admission_waiting_key(partition: int = 0) -> str:
     """Present while runs wait for admission: an ended attempt then also wakes the leader."""
-    return _key("admission", "waiting")
+    return _pkey(partition, "admission", "waiting")
 
 
-def admission_stats_key() -> str:
+def admission_stats_key(partition: int = 0) -> str:
     """JSON: per tenant, runs in flight and waiting for admission (for scheduler_status)."""
-    return _key("admission", "stats")
+    return _pkey(partition, "admission", "stats")
 
 
 def workers_key() -> str:
@@ -82,6 +109,20 @@ def schedulers_key() -> str:
     """Sorted set: member `hostname:pid` of each live runscheduler process (leader or
     standby), score = when its announcement expires (epoch s); for /metrics."""
     return _key("schedulers")
+
+
+def schedulers_seen_key() -> str:
+    """Sorted set: member `hostname:pid` of each runscheduler, score = when it last looked
+    at who holds which partition (epoch s; every 0.1 s or so while it runs): the live
+    processes the partition plan spreads over (`beat/partition_plan.py`)."""
+    return _key("schedulers", "seen")
+
+
+def schedulers_partitions_key() -> str:
+    """Hash: `hostname:pid` -> the SCHEDULER_PARTITIONS that runscheduler runs with; a
+    process refuses to lead while a live one runs with another count (two layouts of the
+    same tenants would be two leaders for them)."""
+    return _key("schedulers", "partitions")
 
 
 def metrics_facts_key() -> str:

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from psycopg import sql
 
 from core import index
-from core.keys import wake_key
+from core.keys import tenant_partition, wake_key
 from core.redis import get_redis
 from core.sql import pg_array, table, without_waiting_for_disk
 from tenants.models import Tenant
@@ -89,7 +89,7 @@ def _index_after_commit(tenant: Tenant, jobs: list[Job]) -> None:
         client = get_redis()
         pipe = client.pipeline(transaction=False)
         index.lower_jobs(pipe, entries)
-        pipe.rpush(wake_key(), "index")
+        index.wake_tenant(pipe, tenant_id, "index")
         pipe.execute()
         mark_indexed(schema, marks)
 
@@ -147,5 +147,5 @@ def index_tenant_jobs(tenant: Tenant) -> int:
         if len(rows) < INDEX_PAGE:
             break
         after = rows[-1][0]
-    client.rpush(wake_key(), "index")
+    client.rpush(wake_key(tenant_partition(tenant.id)), "index")
     return written

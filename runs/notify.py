@@ -11,7 +11,7 @@ import redis
 from django.db import connection, transaction
 
 from core import index
-from core.keys import admission_waiting_key, ended_key, wake_key
+from core.keys import admission_waiting_key, ended_key, tenant_partition, wake_key
 from core.redis import get_redis
 from jobs.indexing import best_effort
 
@@ -35,7 +35,7 @@ def enqueue_retry_on_commit(schema: str, run_id: Any, due_at: datetime) -> None:
             pipe = client.pipeline(transaction=False)
             index.put_runs(pipe, [(tenant_id, run_id, due_at)])
             pipe.execute()
-            index.wake(client, "run")
+            index.wake(client, "run", partitions=[tenant_partition(tenant_id)])
         except redis.RedisError:
             pass  # the relay finds the retry in PostgreSQL once it is overdue
 
@@ -52,7 +52,7 @@ def enqueue_runs_on_commit(tenant_id: int, runs: list) -> None:
         client = get_redis()
         pipe = client.pipeline(transaction=False)
         index.put_runs(pipe, entries)
-        pipe.rpush(wake_key(), "run")
+        index.wake_tenant(pipe, tenant_id, "run")
         pipe.execute()
 
     transaction.on_commit(lambda: best_effort(push))
@@ -88,13 +88,14 @@ def notify_run_ended(
     admits held runs again within their intervals."""
     tenant_id = tenant_id_for(schema)
     release = f"release:{tenant_id}:{job_id}" if concurrency_policy == "queue" else ""
+    partition = tenant_partition(tenant_id)  # the three keys share its hash tag
     with contextlib.suppress(redis.RedisError):
         get_redis().eval(
             _ENDED_SCRIPT,
             3,
-            ended_key(),
-            admission_waiting_key(),
-            wake_key(),
+            ended_key(partition),
+            admission_waiting_key(partition),
+            wake_key(partition),
             f"{tenant_id}:{run_id}:{attempt}",
             ENDED_LIST_CAP,
             release,

@@ -76,7 +76,14 @@ def fleet(now) -> dict:
     tenants = list(Tenant.objects.exclude(schema_name="public").order_by("slug"))
     sizes = dlq_sizes(tenants)
     warnings = []
-    if status["leader"] is None:
+    if status["partition_count"] > 1 and status["partitions_led"] < status["partition_count"]:
+        unled = [p["partition"] for p in status["partitions"] if p["leader"] is None]
+        warnings.append(
+            f"No scheduler holds the lease of partition(s) {', '.join(map(str, unled))}: their "
+            f"tenants' jobs do not fire. A lease expires {lease:g} s after its leader's last "
+            "renewal; start `manage.py runscheduler`."
+        )
+    elif status["leader"] is None:
         warnings.append(
             f"No scheduler holds the lease: nothing fires. The lease expires {lease:g} s after "
             "the leader's last renewal; start `manage.py runscheduler`."

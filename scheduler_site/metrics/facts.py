@@ -38,6 +38,7 @@ from core.keys import (
     index_key,
     leader_info_key,
     metrics_facts_key,
+    partition_count,
     rebuild_state_key,
     runs_index_key,
     schedulers_key,
@@ -259,21 +260,47 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     if not amqp:
         for name in queues:
             pipe.llen(name)
-    pipe.exists(leader_info_key())
-    pipe.get(admission_stats_key())
-    pipe.get(faults_key())
+    count = partition_count()
+    for partition in range(count):  # six facts per partition, summed below
+        pipe.exists(leader_info_key(partition))
+        pipe.get(admission_stats_key(partition))
+        pipe.get(faults_key(partition))
+        pipe.zcard(index_key(partition))
+        pipe.zcard(runs_index_key(partition))
+        pipe.exists(rebuild_state_key(partition))
     pipe.zrangebyscore(workers_key(), time.time(), "+inf")
-    pipe.zcard(index_key())
-    pipe.zcard(runs_index_key())
-    pipe.exists(rebuild_state_key())
     pipe.zcount(schedulers_key(), time.time(), "+inf")
-    *depths, leader, admission, faults, workers, index_size, runs_index, rebuilding, schedulers = (
-        pipe.execute()
+    results = pipe.execute()
+    depths = results[: len(queues)] if not amqp else []
+    per_partition = results[len(depths) : len(depths) + 6 * count]
+    workers, schedulers = results[len(depths) + 6 * count :]
+    rows = [per_partition[6 * p : 6 * p + 6] for p in range(count)]
+    led = sum(int(r[0]) for r in rows)
+    admissions = [json.loads(r[1]) for r in rows if r[1]]
+    admission = (
+        {"room": None, "tenants": {t: v for a in admissions for t, v in a["tenants"].items()}}
+        if admissions
+        else None
     )
+    if admissions and any(a.get("room") is not None for a in admissions):
+        admission["room"] = sum(a["room"] for a in admissions if a.get("room") is not None)
+    faults = [f for r in rows if r[2] for f in json.loads(r[2])]
+    index_size = sum(r[3] for r in rows)
+    runs_index = sum(r[4] for r in rows)
+    rebuilding = any(r[5] for r in rows)
     slots = sum(_slots(member) for member in workers)
     return [
         *([] if amqp else [_depth_family(dict(zip(queues, depths, strict=True)))]),
-        _gauge("tickwork_leader_up", "1 while a scheduler holds the leader lease.", int(leader)),
+        _gauge(
+            "tickwork_leader_up",
+            "1 while every partition's lease is held by a scheduler (one, by default).",
+            int(led == count),
+        ),
+        _gauge(
+            "tickwork_partitions_led",
+            "Partitions whose lease a scheduler holds (of SCHEDULER_PARTITIONS).",
+            led,
+        ),
         _gauge(
             "tickwork_schedulers",
             "Live runscheduler processes, the leader and its standbys.",
@@ -282,7 +309,7 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
         _gauge(
             "tickwork_failing_tenants",
             "Tenants the leader skips now after failures.",
-            len(json.loads(faults)) if faults else 0,
+            len(faults),
         ),
         _gauge("tickwork_workers", "Live Celery worker processes (registered).", len(workers)),
         _gauge("tickwork_worker_slots", "Run slots of the live workers.", slots),
@@ -293,7 +320,7 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
         _gauge(
             "tickwork_index_rebuilding", "1 while the time index is being rebuilt.", int(rebuilding)
         ),
-        *admission_facts(json.loads(admission) if admission else None, slugs),
+        *admission_facts(admission, slugs),
     ]
 
 

@@ -44,7 +44,7 @@ def test_lease_taken_and_step_down_are_events(live, redis_client, caplog):
     assert lease.try_acquire()
     lease.step_down("LeaseLost: lease renewal failed")
     [taken] = events(caplog, "leader.lease_taken")
-    assert taken.fields == {"holder": "host-a:1", "epoch": lease_epoch(taken)}
+    assert taken.fields == {"holder": "host-a:1", "partition": 0, "epoch": lease_epoch(taken)}
     [down] = events(caplog, "leader.step_down")
     assert down.levelno == logging.WARNING
     assert down.fields["reason"] == "LeaseLost: lease renewal failed"

@@ -8,7 +8,7 @@ from beat.amqp_writes import leader_writes
 from beat.pending import PendingRuns
 from beat.rebuild import IndexRebuild
 from core import index
-from core.keys import rebuild_state_key
+from core.keys import partition_count, rebuild_state_key
 from core.redis import get_redis
 
 
@@ -21,11 +21,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         client = get_redis()
-        lost = not index.is_built(client)
+        for partition in range(partition_count()):  # each partition's index on its own
+            self._rebuild(client, partition)
+
+    def _rebuild(self, client, partition: int) -> None:
+        lost = not index.is_built(client, partition)
         rebuild = IndexRebuild(
             client,
-            leader_writes(client, lock_key="", token=None),
-            state_key=f"{rebuild_state_key()}:command:{uuid.uuid4().hex}",
+            leader_writes(client, lock_key="", token=None, partition=partition),
+            state_key=f"{rebuild_state_key(partition)}:command:{uuid.uuid4().hex}",
             messages=PendingRuns(
                 shard_count=settings.SCHEDULER_SHARD_COUNT, origin="rebuild_index"
             ),
@@ -34,9 +38,10 @@ class Command(BaseCommand):
         rebuild.start(lost=lost, prune=True)
         progress = rebuild.run_to_end()
         tenants = len(rebuild.tenants.all())
+        where = f"partition {partition}: " if partition_count() > 1 else ""
         self.stdout.write(
-            f"indexed {progress.jobs} jobs and {progress.runs} waiting runs of {tenants} "
-            f"tenants, removed {progress.pruned} stale members"
+            f"{where}indexed {progress.jobs} jobs and {progress.runs} waiting runs of "
+            f"{tenants} tenants, removed {progress.pruned} stale members"
             + (f", published {progress.republished} queued runs again" if lost else "")
             + f" in {time.monotonic() - started:.2f}s"
         )

@@ -20,8 +20,21 @@ class Command(BaseCommand):
             return
         tenants = status.pop("tenants")
         status.pop("admission")
+        partitions = status.pop("partitions")
         for key, value in status.items():
             self.stdout.write(f"{key:28} {value if value is not None else '-'}")
+        if len(partitions) > 1:
+            self.stdout.write("")
+            self.stdout.write(
+                f"{'partition':>9} {'leader':28} {'epoch':>7} {'index':>9} {'runs':>7} built"
+            )
+            for p in partitions:
+                self.stdout.write(
+                    f"{p['partition']:>9} {p['leader'] or '-':28} {p['epoch'] or '-':>7}"
+                    f" {p['index_size']:>9} {p['runs_index_size']:>7}"
+                    f" {'yes' if p['index_built'] else 'no'}"
+                    + (" (rebuilding)" if p["index_rebuilding"] else "")
+                )
         self.stdout.write("")
         self.stdout.write(
             f"{'tenant':24} {'in flight':>13} {'waiting':>8} {'oldest wait':>11}"

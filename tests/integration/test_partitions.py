@@ -1,0 +1,201 @@
+"""Partitioned leadership (docs/adr/0020), in-process with real Redis and PostgreSQL: each
+partition its own keys, lease and epoch; processes spread the partitions and take a dead
+one's; a new leader of one partition ends only that partition's stuck sessions; a process
+with another partition count leads nothing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from beat import metrics
+from beat.engine import EngineConfig
+from beat.lease import LeaseLost, bump_epoch, current_epoch
+from beat.loop import SchedulerProcess
+from beat.metrics import announce
+from beat.store import FencingError, fence
+from core.clock import FakeClock
+from core.keys import (
+    ended_key,
+    index_key,
+    leader_info_key,
+    leader_lock_name,
+    schedulers_partitions_key,
+    schedulers_seen_key,
+    tenant_partition,
+)
+from core.partitions import partition_of
+from runs.notify import notify_run_ended
+
+from .helpers import make_job, message_args, queued_messages, runs_of, utc
+
+START = utc(2026, 6, 1, 12, 0, 0)
+P = 4
+
+
+@pytest.fixture
+def four_partitions(live, settings):
+    settings.SCHEDULER_PARTITIONS = P
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    if partition_of(alpha.id, P) == partition_of(beta.id, P):
+        pytest.skip("alpha and beta share a partition with these tenant ids")
+    yield live
+    with connection.cursor() as cursor:  # the rows of partitions 1..3, for other tests
+        cursor.execute("DELETE FROM public.beat_schedulerlease WHERE id > 1")
+
+
+def _process(client, clock, name: str) -> SchedulerProcess:
+    process = SchedulerProcess(
+        client=client, clock=clock, config=EngineConfig(), lease_seconds=2, holder=name
+    )
+    metrics._last_announce.pop(name, None)  # announcements are once a second per process
+    announce(client, name, 2, partitions=P)
+    return process
+
+
+def _settle(processes: list[SchedulerProcess], turns: int = 6) -> None:
+    for _ in range(turns):
+        for process in processes:
+            process.try_lead()
+
+
+def _held(process: SchedulerProcess) -> list[int]:
+    return [leader.partition for leader in process.held()]
+
+
+def test_two_processes_share_four_partitions_each_with_its_own_lease(four_partitions, redis_client):
+    clock = FakeClock(START)
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    _settle([a, b])
+    assert sorted(_held(a) + _held(b)) == [0, 1, 2, 3]
+    assert len(_held(a)) == len(_held(b)) == 2
+    for process in (a, b):
+        for leader in process.held():
+            n = leader.partition
+            assert redis_client.get(leader_info_key(n)).decode() == process.holder
+            assert current_epoch(n) == (leader.lease.epoch, process.holder)
+            # one Redis Cluster slot per partition: the lock carries the partition's tag
+            assert f"{{p{n}.{P}}}" in leader.lease.lock_key
+
+
+def test_each_tenants_slots_fire_once_from_its_partitions_leader(four_partitions, redis_client):
+    clock = FakeClock(START)
+    alpha, beta = four_partitions["alpha"].tenant, four_partitions["beta"].tenant
+    jobs = {
+        t.id: make_job(t, clock, name=f"every-minute-{t.slug}", schedule={"cron": "* * * * *"})
+        for t in (alpha, beta)
+    }
+    for tenant_id, job in jobs.items():  # the service wrote the job to its partition's index
+        key = index_key(tenant_partition(tenant_id))
+        assert redis_client.zscore(key, f"{tenant_id}:{job.id}") is not None
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    _settle([a, b])
+    assert len(_held(a)) == len(_held(b)) == 2
+    for _ in range(5):  # 12:00:00 to 12:02:00
+        for process in (a, b):
+            process.lead_once()
+        clock.advance(30)
+    for tenant in (alpha, beta):
+        slots = [r.scheduled_for for r in runs_of(tenant, status="queued")]
+        assert slots == [utc(2026, 6, 1, 12, 1), utc(2026, 6, 1, 12, 2)], tenant.slug
+    published = [message_args(m)[1] for m in queued_messages(redis_client)]
+    assert len(published) == len(set(published)) == 4
+
+
+def test_a_dead_processes_partitions_are_taken_by_the_survivor(four_partitions, redis_client):
+    clock = FakeClock(START)
+    a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
+    _settle([a, b])
+    lost = _held(a)
+    for n in lost:  # a is killed: its leases expire
+        redis_client.delete("lock:" + leader_lock_name(n), leader_info_key(n))
+    b.orphan_seconds = 0  # a is still announced as live: its partitions are orphans
+    b.try_lead()
+    assert sorted(_held(b)) == [0, 1, 2, 3]
+    with pytest.raises(LeaseLost):  # a, woken, cannot renew what it lost
+        a.partitions[lost[0]].lead_once()
+
+
+def test_a_joining_process_gets_its_share_and_nobody_leads_a_partition_twice(
+    four_partitions, redis_client
+):
+    clock = FakeClock(START)
+    a = _process(redis_client, clock, "a:1")
+    _settle([a])
+    assert sorted(_held(a)) == [0, 1, 2, 3]
+    b = _process(redis_client, clock, "b:2")
+    _settle([a, b], turns=8)
+    assert len(_held(a)) == len(_held(b)) == 2
+    assert not set(_held(a)) & set(_held(b))
+
+
+def test_a_bump_ends_only_its_own_partitions_stuck_session(four_partitions):
+    """Two frozen leaders inside fenced transactions, of partitions 1 and 2: the new
+    leader of partition 1 ends the first one's session and leaves the second alone."""
+    epochs = {n: bump_epoch(f"old-{n}", partition=n) for n in (1, 2)}
+    inside = {n: threading.Event() for n in (1, 2)}
+    wake = threading.Event()
+    outcome: dict[int, BaseException | str] = {}
+
+    def frozen(n: int) -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                fence(cursor, epochs[n], partition=n)
+                inside[n].set()
+                wake.wait(30)
+                cursor.execute("SELECT 1")
+            outcome[n] = "committed"
+        except BaseException as exc:
+            outcome[n] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=frozen, args=(n,), daemon=True) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    assert inside[1].wait(10) and inside[2].wait(10)
+    new_epoch = bump_epoch("new-1", lock_wait_seconds=0.2, partition=1)
+    wake.set()
+    for thread in threads:
+        thread.join(10)
+    assert new_epoch == epochs[1] + 1
+    assert isinstance(outcome[1], DatabaseError)  # ended: what it wrote is gone
+    assert outcome[2] == "committed"  # another partition's leader is untouched
+    assert current_epoch(2) == (epochs[2], "old-2")
+
+
+def test_a_fence_checks_its_own_partitions_epoch(four_partitions):
+    first = bump_epoch("x", partition=3)
+    bump_epoch("y", partition=3)
+    with transaction.atomic(), connection.cursor() as cursor, pytest.raises(FencingError):
+        fence(cursor, first, partition=3)
+
+
+def test_a_process_with_another_partition_count_leads_nothing(
+    four_partitions, redis_client, caplog
+):
+    import time
+
+    redis_client.zadd(schedulers_seen_key(), {"old:9": time.time()})
+    redis_client.hset(schedulers_partitions_key(), "old:9", 1)
+    a = _process(redis_client, FakeClock(START), "a:1")
+    assert a.try_lead() is False
+    assert "SCHEDULER_PARTITIONS=1" in caplog.text
+    redis_client.zrem(schedulers_seen_key(), "old:9")
+    assert a.try_lead() is True
+
+
+def test_an_ended_attempt_is_reported_to_its_tenants_partition(four_partitions, redis_client):
+    beta = four_partitions["beta"].tenant
+    notify_run_ended(beta.schema_name, 1, "allow", "run-1", 1)
+    partition = tenant_partition(beta.id)
+    assert redis_client.lrange(ended_key(partition), 0, -1) == [f"{beta.id}:run-1:1".encode()]
+    others = [n for n in range(P) if n != partition]
+    assert all(redis_client.llen(ended_key(n)) == 0 for n in others)
+
+
+def test_one_partition_keeps_the_key_names_of_a_single_leader(live, redis_client):
+    assert index_key() == "tw:index" and leader_lock_name() == "tw:leader"
+    assert ended_key(0) == "tw:ended"

@@ -27,8 +27,9 @@ import redis_lock
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 
-from core.keys import leader_info_key, leader_lock_name
+from core.keys import leader_info_key, leader_lock_name, partition_count
 from core.logs import log_event
+from core.partitions import lease_row_id
 
 from .store import FENCE_LOCK_CLASS
 
@@ -81,7 +82,7 @@ def bump_epoch(
                 cursor.execute(
                     "SELECT set_config('lock_timeout', %s, true)", [f"{wait * 1000:.0f}"]
                 )
-                cursor.execute(BUMP_SQL, [partition + 1, holder])
+                cursor.execute(BUMP_SQL, [lease_row_id(partition, partition_count()), holder])
                 epoch = cursor.fetchone()[0]
         except OperationalError as exc:
             if not _is_lock_timeout(exc):
@@ -123,7 +124,7 @@ def _end_waiting_lease_holders(cursor, partition: int) -> list[int]:
           AND locktype = 'advisory' AND classid = %s AND objid = %s AND objsubid = 2
           AND granted AND pid <> pg_backend_pid()
         """,
-        [FENCE_LOCK_CLASS, partition],
+        [FENCE_LOCK_CLASS, lease_row_id(partition, partition_count())],
     )
     return [row[0] for row in cursor.fetchall()]
 
@@ -131,7 +132,8 @@ def _end_waiting_lease_holders(cursor, partition: int) -> list[int]:
 def current_epoch(partition: int = 0) -> tuple[int, str] | None:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT epoch, holder FROM public.beat_schedulerlease WHERE id = %s", [partition + 1]
+            "SELECT epoch, holder FROM public.beat_schedulerlease WHERE id = %s",
+            [lease_row_id(partition, partition_count())],
         )
         row = cursor.fetchone()
     return (row[0], row[1]) if row else None

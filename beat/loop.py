@@ -18,6 +18,7 @@ same way after a growing back-off: the process never exits on its own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -51,6 +52,7 @@ from .store import FencingError
 
 log = logging.getLogger("beat.loop")
 
+UNABLE_SECONDS = 5.0  # after a failed take, how long a process does not count itself live
 STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError, InterfaceError)
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 
@@ -95,7 +97,7 @@ class PartitionLeader:
             writes=leader_writes(
                 self.client, self.lease.lock_key, self.lease.token, self.partition
             ),
-            checkpoint=self.lease.renew_if_due,
+            checkpoint=lambda: self.process.checkpoint(self),
             partition=self.partition,
         )
         self.engine.faults.adopt(self.client, faults_key(self.partition))
@@ -228,7 +230,8 @@ class SchedulerProcess:
         # A partition seen free this long is taken by any process, over its share: a dead
         # process may still be counted as live for a moment, and its partitions must not
         # wait for that.
-        self.orphan_seconds = self.fleet_poll
+        self.orphan_seconds = 3 * self.fleet_poll
+        self.unable_until = 0.0  # time.monotonic(): not counted as live before (a take failed)
         self.live_window = max(self.lease_seconds / 2, 10 * self.fleet_poll)
         self._free_since: dict[int, float] = {}
         self._refused_count: int | None = None  # another live process's different count
@@ -258,14 +261,35 @@ class SchedulerProcess:
     def try_lead(self) -> bool:
         """Take and give up partitions by the plan; True while this process leads any."""
         if self.partition_count == 1:  # one lease: take it whenever it is free
+            if self._read_fleet() is None:
+                self.step_down("a live runscheduler runs with another partition count")
+                return False
             only = self.partitions[0]
             return only.held or (time.monotonic() >= only.blocked_until and only.try_lead())
         self.rebalance()
         return bool(self.held())
 
+    def checkpoint(self, current: PartitionLeader) -> None:
+        """Between two units of one partition's work: renew that partition's lease when due
+        (raising if it is lost), and every other lease held (one partition's long step must
+        not let the others lapse; a lost one is given up at its turn)."""
+        current.lease.renew_if_due()
+        for other in self.partitions:
+            if other is not current and other.held:
+                with contextlib.suppress(LeaseLost):
+                    other.lease.renew_if_due()
+
+    def _drop_lost(self) -> None:
+        """Partitions whose lease was lost while another partition worked: their engine
+        goes (what it held is in PostgreSQL; the next holder relays it)."""
+        for leader in self.partitions:
+            if leader.engine is not None and not leader.held:
+                leader.step_down("lease lost while another partition worked")
+
     def rebalance(self) -> None:
         view = self._read_fleet()
-        if view is None:
+        if view is None:  # another layout of the same tenants is live: lead none of them
+            self.step_down("a live runscheduler runs with another partition count")
             return
         holders, live = view
         now = time.monotonic()
@@ -296,15 +320,33 @@ class SchedulerProcess:
                 live=len(live),
             )
             leader.release()
+            # Not taken back by this process at once: the least loaded one is to take it (at
+            # its next look); should nobody, it is an orphan like any other soon after.
+            leader.blocked_until = now + 2 * self.orphan_seconds
         for partition in decided.take:
             leader = self.partitions[partition]
+            self._renew_held()  # a takeover may wait for a stuck session: renew first
             try:
                 leader.try_lead()
-            except STEP_DOWN_ERRORS as exc:  # lost the race, or Redis / PostgreSQL away
+            except STEP_DOWN_ERRORS as exc:  # Redis or PostgreSQL away, or lost meanwhile
                 if leader.held:
                     leader.step_down(f"{exc.__class__.__name__}: {exc}")
+                self._unable()
             except Exception as exc:  # that partition's trouble, not the others'
                 self._failed(leader, exc, wait=None)
+                self._unable()
+
+    def _renew_held(self) -> None:
+        for leader in self.held():
+            with contextlib.suppress(LeaseLost):
+                leader.lease.renew_if_due()
+        self._drop_lost()
+
+    def _unable(self) -> None:
+        """A take failed for a reason of this process (PostgreSQL unreachable, a bug): it
+        stops counting itself as live for a while, or the others would keep giving
+        partitions up for it to take (and fail to)."""
+        self.unable_until = time.monotonic() + UNABLE_SECONDS
 
     def _read_fleet(self) -> tuple[dict[int, str | None], list[str]] | None:
         """Who holds each partition (None: nobody), and the processes seen looking within
@@ -319,7 +361,10 @@ class SchedulerProcess:
         # process has left the count before its leases expire and the survivors' shares
         # grow; a process whose turn runs longer only looks dead for a moment, which costs
         # nothing while every partition is led.
-        pipe.zadd(schedulers_seen_key(), {self.holder: wall})
+        if time.monotonic() >= self.unable_until:
+            pipe.zadd(schedulers_seen_key(), {self.holder: wall})
+        else:
+            pipe.zrem(schedulers_seen_key(), self.holder)
         pipe.zremrangebyscore(schedulers_seen_key(), "-inf", wall - 60)
         pipe.zrangebyscore(schedulers_seen_key(), wall - self.live_window, "+inf")
         pipe.hgetall(schedulers_partitions_key())
@@ -364,6 +409,7 @@ class SchedulerProcess:
         leaves the partition where it happened (raised with P = 1, where the caller steps
         down and backs off; with more, that partition alone steps down, see `_failed`)."""
         sleeps = []
+        self._drop_lost()
         for leader in self.held():
             if self.partition_count == 1:
                 sleeps.append(leader.lead_once())
@@ -408,44 +454,66 @@ class SchedulerProcess:
             leader.blocked_until = time.monotonic() + leader.error_backoff
 
     def wait(self, seconds: float) -> None:
-        """Sleep until `seconds` pass or something wakes one of the partitions held. With
-        several partitions the sleep is cut into standby polls, each followed by a look at
-        the fleet, so that a dead process's partitions are taken within a poll of their
-        leases expiring even by a process that leads others and has nothing due."""
+        """Sleep until `seconds` pass or something wakes one of the partitions held."""
+        if self.partition_count == 1:
+            self._wait_one(seconds)
+        else:
+            self._wait_partitions(seconds)
+
+    def _wait_one(self, seconds: float) -> None:
+        if seconds < 0.002:
+            return
+        key = wake_key(0)
+        popped = self.client.blpop([key], timeout=seconds)
+        if popped is None:
+            return
+        pipe = self.client.pipeline()
+        pipe.lrange(key, 0, -1)
+        pipe.delete(key)
+        for raw in [popped[1], *pipe.execute()[0]]:
+            self._handle_wake(raw.decode())
+
+    def _wait_partitions(self, seconds: float) -> None:
+        """The sleep cut into fleet polls, each followed by a look at the fleet, so that a
+        dead process's partitions are taken within a poll of their leases expiring even by
+        a process that leads others and has nothing due. It blocks on one partition's wake
+        list and drains the others' at each poll (one command per key: each partition's
+        keys are on their own Redis Cluster slot)."""
         deadline = time.monotonic() + seconds
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = min(deadline - time.monotonic(), self.fleet_poll)
             if remaining < 0.002:
                 return
             held = self.held()
-            if self.partition_count > 1:
-                remaining = min(remaining, self.fleet_poll)
-            keys = [wake_key(p.partition) for p in held] or [wake_key(0)]
-            popped = self.client.blpop(keys, timeout=remaining)
-            if popped is not None:
-                for raw in [popped[1], *self._drain_wake(keys)]:
-                    self._handle_wake(raw.decode())
-                return
-            if self.partition_count > 1:
-                self.rebalance()
-                if self.held() != held:
-                    return  # a partition taken or given up: lead at once
-
-    def _drain_wake(self, keys: list[str]) -> list[bytes]:
-        pipe = self.client.pipeline()
-        for key in keys:
-            pipe.lrange(key, 0, -1)
-            pipe.delete(key)
-        return [m for batch in pipe.execute()[::2] for m in batch]
+            if not held:  # nothing to be woken for: do not take another process's wakes
+                time.sleep(remaining)
+            else:
+                keys = [wake_key(p.partition) for p in held]
+                popped = self.client.blpop(keys[:1], timeout=remaining)
+                pipe = self.client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.lpop(key, 1000)
+                woken = [popped[1]] if popped else []
+                woken += [raw for batch in pipe.execute() if batch for raw in batch]
+                if woken:
+                    for raw in woken:
+                        self._handle_wake(raw.decode())
+                    return
+            self.rebalance()
+            if self.held() != held:
+                return  # a partition taken or given up: lead at once
 
     def _handle_wake(self, message: str) -> None:
         kind, _, rest = message.partition(":")
         if kind != "release":
             return
-        tenant_id, _, job_id = rest.partition(":")
-        engine = self.partitions[tenant_partition(int(tenant_id))].engine
-        if engine is not None:
-            engine.release_held(int(tenant_id), int(job_id))
+        try:
+            tenant_id, _, job_id = rest.partition(":")
+            engine = self.partitions[tenant_partition(int(tenant_id))].engine
+            if engine is not None:
+                engine.release_held(int(tenant_id), int(job_id))
+        except ValueError:  # a malformed message: nothing to release (the relay covers it)
+            log.warning("ignored a malformed wake-up %r", message)
 
     # --- the process -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -191,7 +191,11 @@ def scheduler_status(client, now: datetime) -> dict:
         "partitions_led": sum(1 for p in parts if p["leader"]),
         "index_built": all(p["index_built"] for p in parts),
         "index_rebuilding": any(p["index_rebuilding"] for p in parts),
-        "index_rebuild_phases": sorted({ph for p in parts for ph in p["index_rebuild_phases"]}),
+        "index_rebuild_phases": (
+            first["index_rebuild_phases"]
+            if len(parts) == 1
+            else sorted({ph for p in parts for ph in p["index_rebuild_phases"]})
+        ),
         "index_size": sum(p["index_size"] for p in parts),
         "runs_index_size": sum(p["runs_index_size"] for p in parts),
         "due_unfired_runs": overdue["runs"],

@@ -17,6 +17,8 @@ from psycopg import sql
 from psycopg.types.datetime import TimestamptzLoader
 
 from core.failpoints import freeze_in_fence
+from core.keys import partition_count
+from core.partitions import lease_row_id
 from core.sql import pg_array, table
 from jobs.indexing import SCHEDULABLE
 from runs import status_sql
@@ -86,9 +88,9 @@ class FencingError(Exception):
     """This process's lease epoch is no longer current: it must stop writing at once."""
 
 
-# The advisory lock class of the fencing check (the second key is the partition): a new
-# leader of partition n ends, if it must, exactly the sessions holding (class, n), never
-# another partition's leader (beat/lease.py).
+# The advisory lock class of the fencing check (the second key is the partition's lease
+# row): a new leader of a partition ends, if it must, exactly the sessions holding
+# (class, row), never another partition's leader (beat/lease.py).
 FENCE_LOCK_CLASS = 742_001
 
 
@@ -100,10 +102,13 @@ def fence(cursor, epoch: int, step: str = "", partition: int = 0) -> None:
     the old epoch. The shared advisory lock names the partition in `pg_locks`, which a row
     lock does not: it is how the bump finds the sessions to end.
     """
+    row = lease_row_id(partition, partition_count())
+    # `tickwork.fence` (this transaction only) says which epoch the writes are fenced by:
+    # what an audit trigger compares with the lease row (the chaos suite's partition churn).
     cursor.execute(
-        "SELECT pg_advisory_xact_lock_shared(%s, %s) FROM public.beat_schedulerlease"
-        " WHERE id = %s AND epoch = %s FOR SHARE",
-        [FENCE_LOCK_CLASS, partition, partition + 1, epoch],
+        "SELECT pg_advisory_xact_lock_shared(%s, %s), set_config('tickwork.fence', %s, true)"
+        " FROM public.beat_schedulerlease WHERE id = %s AND epoch = %s FOR SHARE",
+        [FENCE_LOCK_CLASS, row, f"{row}:{epoch}", row, epoch],
     )
     if cursor.fetchone() is None:
         raise FencingError(f"lease epoch {epoch} of partition {partition} is no longer current")

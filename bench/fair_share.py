@@ -26,6 +26,7 @@ from beat.engine import EngineConfig
 from beat.loop import SchedulerProcess
 from core import index
 from core.clock import SystemClock
+from core.keys import partition_count
 from core.redis import get_redis
 from jobs.services import Actor, job_create
 from runs import states
@@ -60,7 +61,7 @@ def _flood(tenant: Tenant, job_id: int, count: int, due: datetime) -> None:
             pipe = client.pipeline(transaction=False)
             index.put_runs(pipe, [(tenant.id, r.id, due) for r in runs])
             pipe.execute()
-    index.wake(client, "run")
+    index.wake(client, "run", partitions=range(partition_count()))
 
 
 def _leader(admission: AdmissionConfig) -> tuple[threading.Event, threading.Thread]:

@@ -73,7 +73,7 @@ def is_built(client, partition: int = 0) -> bool:
     return bool(client.exists(index_built_key(partition)))
 
 
-def wake(client, *reasons: str, partitions: Iterable[int] = (0,)) -> None:
+def wake(client, *reasons: str, partitions: Iterable[int]) -> None:
     """Wake the leaders of these partitions now (each sleeps until its next due instant
     otherwise)."""
     for partition in partitions:

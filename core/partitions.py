@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-MAX_PARTITIONS = 256  # each partition costs a lease, an engine and a Redis BLPOP key
+MAX_PARTITIONS = 128  # each costs a lease and an engine; lease row ids stay a smallint
 
 
 def partition_of(tenant_id: int, count: int) -> int:
@@ -17,3 +17,11 @@ def partition_of(tenant_id: int, count: int) -> int:
     if count <= 1:
         return 0
     return zlib.crc32(str(int(tenant_id)).encode()) % count
+
+
+def lease_row_id(partition: int, count: int) -> int:
+    """The partition's row in `beat_schedulerlease` (its fencing epoch): 1 with one
+    partition, as before partitions existed, and a row of its own for every (count,
+    partition) pair, so that processes started with different counts never share an epoch
+    (they refuse to lead side by side anyway, see `beat/loop.py`)."""
+    return count * (count - 1) // 2 + partition + 1

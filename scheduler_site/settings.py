@@ -269,8 +269,8 @@ SCHEDULER_SHARD_COUNT = env_int("SCHEDULER_SHARD_COUNT", 4, minimum=1)
 # Partitions of the tenants, each led by one runscheduler process at a time with its own
 # lease and epoch (docs/adr/0020); every process (web, worker, scheduler) must agree on it.
 SCHEDULER_PARTITIONS = env_int("SCHEDULER_PARTITIONS", 1, minimum=1)
-if SCHEDULER_PARTITIONS > 256:  # core.partitions.MAX_PARTITIONS
-    raise ImproperlyConfigured(f"SCHEDULER_PARTITIONS={SCHEDULER_PARTITIONS}: at most 256")
+if SCHEDULER_PARTITIONS > 128:  # core.partitions.MAX_PARTITIONS
+    raise ImproperlyConfigured(f"SCHEDULER_PARTITIONS={SCHEDULER_PARTITIONS}: at most 128")
 SCHEDULER_CLOCK_SKEW_WARN_SECONDS = env_float("SCHEDULER_CLOCK_SKEW_WARN_SECONDS", 1.0)
 SCHEDULER_RELAY_INTERVAL_SECONDS = env_float("SCHEDULER_RELAY_INTERVAL_SECONDS", 10.0, minimum=1)
 SCHEDULER_MATERIALISE_BATCH = env_int("SCHEDULER_MATERIALISE_BATCH", 5000, minimum=1)

@@ -199,3 +199,73 @@ def test_an_ended_attempt_is_reported_to_its_tenants_partition(four_partitions, 
 def test_one_partition_keeps_the_key_names_of_a_single_leader(live, redis_client):
     assert index_key() == "tw:index" and leader_lock_name() == "tw:leader"
     assert ended_key(0) == "tw:ended"
+
+
+def test_one_partitions_long_step_renews_the_other_leases_held(four_partitions, redis_client):
+    import time
+
+    clock = FakeClock(START)
+    a = _process(redis_client, clock, "a:1")
+    _settle([a])
+    first, other = a.partitions[0], a.partitions[1]
+    other.lease.renewed_at = time.monotonic() - 1.0  # partition 0's work ran a second
+    redis_client.pexpire(other.lease.lock_key, 300)  # and partition 1's lease is nearly out
+    first.engine.checkpoint()
+    assert redis_client.pttl(other.lease.lock_key) > 1500  # renewed from partition 0's step
+
+
+def test_a_lease_lost_during_another_partitions_step_drops_only_that_partition(
+    four_partitions, redis_client
+):
+    import time
+
+    clock = FakeClock(START)
+    a = _process(redis_client, clock, "a:1")
+    _settle([a])
+    first, other = a.partitions[0], a.partitions[1]
+    redis_client.delete(other.lease.lock_key)  # expired while partition 0 worked
+    other.lease.renewed_at = time.monotonic() - 1.0
+    first.engine.checkpoint()  # no error in partition 0's work
+    a.lead_once()
+    assert other.engine is None and not other.held
+    assert first.held and first.engine is not None
+
+
+def test_a_single_partition_process_steps_down_beside_a_partitioned_fleet(live, redis_client):
+    import time
+
+    clock = FakeClock(START)
+    a = SchedulerProcess(
+        client=redis_client, clock=clock, config=EngineConfig(), lease_seconds=2, holder="a:1"
+    )
+    assert a.try_lead()
+    redis_client.zadd(schedulers_seen_key(), {"new:9": time.time()})
+    redis_client.hset(schedulers_partitions_key(), "new:9", 4)
+    assert a.try_lead() is False
+    assert not a.lease.held
+
+
+def test_a_process_leading_nothing_leaves_the_wake_ups_to_their_leader(
+    four_partitions, redis_client
+):
+    from core.keys import wake_key
+
+    a = _process(redis_client, FakeClock(START), "a:1")
+    redis_client.rpush(wake_key(0), "release:1:2")
+    a.unable_until = float("inf")  # it takes nothing in this test
+    a.wait(0.05)
+    assert redis_client.lrange(wake_key(0), 0, -1) == [b"release:1:2"]
+
+
+def test_a_process_whose_take_failed_stops_counting_itself_live(
+    four_partitions, redis_client, monkeypatch
+):
+    def broken(*args, **kwargs):
+        raise RuntimeError("PostgreSQL refused the bump")
+
+    monkeypatch.setattr("beat.lease.bump_epoch", broken)
+    a = _process(redis_client, FakeClock(START), "a:1")
+    a.try_lead()
+    assert not a.held()
+    a.try_lead()
+    assert redis_client.zscore(schedulers_seen_key(), "a:1") is None

@@ -30,6 +30,7 @@ SCENARIOS = {
     "postgres-restart": "s5_postgres_restart",
     "broker-backlog": "s6_broker_backlog",
     "bad-data": "s7_bad_data",
+    "partition-churn": "s8_partition_churn",
 }
 
 

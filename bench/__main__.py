@@ -37,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="fair admission off (plain FIFO, as SCHEDULER_FAIR_ADMISSION=0) for comparison",
     )
+    plag = sub.add_parser(
+        "partitioned-fire", help="fire lag with real schedulers: partitions x processes"
+    )
+    plag.add_argument("--count", type=int, default=10_000)
+    plag.add_argument("--partitions", default="1,2,4")
+    plag.add_argument("--processes", default="1,2,4")
+    plag.add_argument("--tenants", type=int, default=8)
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
@@ -130,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         many_tenants,
         metrics_scrape,
         outbound,
+        partitioned_fire,
         portal_pages,
         provisioning,
         retention,
@@ -199,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         result = api_latency.run(args.requests, args.bulk_jobs, args.batch, keep=args.keep)
     elif args.bench == "retention":
         result = retention.run(args.runs, args.jobs, args.seconds, args.max_prune_seconds)
+    elif args.bench == "partitioned-fire":
+        result = partitioned_fire.run(
+            args.count,
+            [int(p) for p in args.partitions.split(",")],
+            [int(n) for n in args.processes.split(",")],
+            args.tenants,
+        )
     elif args.bench == "fire-lag":
         result = fire_lag.run(
             args.count, args.spread, args.tenants, admission=not args.no_admission
@@ -208,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             "schedule_math": schedule_math.run(number=2000, repeats=1),
             "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
             "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
+            "partitioned_fire": partitioned_fire.run(1000, [2], [2], 4, lookahead=3),
             "many_tenants": many_tenants.run(50, 10, jobs=2, failover=True),
             "provisioning": provisioning.run(10, (1, 2), samples=1),
             "tenant_upgrade": tenant_upgrade.run(20, processes=2),

@@ -261,7 +261,21 @@ class SchedulerProcess:
     def try_lead(self) -> bool:
         """Take and give up partitions by the plan; True while this process leads any."""
         if self.partition_count == 1:  # one lease: take it whenever it is free
-            if self._read_fleet() is None:
+            try:
+                view = self._read_fleet()
+            except redis.RedisError as exc:
+                if self.held():
+                    raise  # the leader stops writing (run_once steps it down)
+                log_event(
+                    log,
+                    "leader.redis_unreachable",
+                    "cannot reach Redis to take the lease: %s",
+                    exc,
+                    level=logging.WARNING,
+                    error=str(exc),
+                )
+                return False
+            if view is None:
                 self.step_down("a live runscheduler runs with another partition count")
                 return False
             only = self.partitions[0]

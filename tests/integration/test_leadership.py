@@ -186,3 +186,12 @@ def test_job_change_made_while_redis_was_down_reaches_the_index(live, redis_clie
     with schema_context(alpha.schema_name):
         assert not Job.objects.filter(index_dirty=True).exists()
     assert other.index_dirty is True  # the in-memory copy; the row was cleared after commit
+
+
+def test_a_standby_that_cannot_reach_redis_says_so_and_does_not_lead(live, caplog):
+    import redis
+
+    unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    process = _process(unreachable, FakeClock(START), "a:1")
+    assert process.try_lead() is False
+    assert "cannot reach Redis to take the lease" in caplog.text

@@ -139,6 +139,17 @@ def current_epoch(partition: int = 0) -> tuple[int, str] | None:
     return (row[0], row[1]) if row else None
 
 
+def log_redis_unreachable(exc: Exception) -> None:
+    log_event(
+        log,
+        "leader.redis_unreachable",
+        "cannot reach Redis to take the lease: %s",
+        exc,
+        level=logging.WARNING,
+        error=str(exc),
+    )
+
+
 class Lease:
     """The lease of one partition (the only one, with SCHEDULER_PARTITIONS = 1)."""
 
@@ -168,14 +179,7 @@ class Lease:
             if not self._lock.acquire(blocking=False):
                 return False
         except redis.RedisError as exc:
-            log_event(
-                log,
-                "leader.redis_unreachable",
-                "cannot reach Redis to take the lease: %s",
-                exc,
-                level=logging.WARNING,
-                error=str(exc),
-            )
+            log_redis_unreachable(exc)
             return False
         self.renewed_at = time.monotonic()
         self.step = self._step_at_renewal = "take"

@@ -44,7 +44,7 @@ from core.logs import log_event
 from .alerting import Alerting
 from .amqp_writes import leader_writes
 from .engine import Engine, EngineConfig
-from .lease import Lease, LeaseLost, process_identity
+from .lease import Lease, LeaseLost, log_redis_unreachable, process_identity
 from .metrics import announce, iteration_done
 from .partition_plan import plan
 from .session import bounded_leader_session
@@ -266,14 +266,7 @@ class SchedulerProcess:
             except redis.RedisError as exc:
                 if self.held():
                     raise  # the leader stops writing (run_once steps it down)
-                log_event(
-                    log,
-                    "leader.redis_unreachable",
-                    "cannot reach Redis to take the lease: %s",
-                    exc,
-                    level=logging.WARNING,
-                    error=str(exc),
-                )
+                log_redis_unreachable(exc)
                 return False
             if view is None:
                 self.step_down("a live runscheduler runs with another partition count")
@@ -412,10 +405,6 @@ class SchedulerProcess:
     def step_down(self, reason: str) -> None:
         for leader in self.held():
             leader.step_down(reason)
-
-    def ensure_index(self) -> None:
-        for leader in self.held():
-            leader.ensure_index()
 
     # --- one turn ----------------------------------------------------------------------------
     def lead_once(self) -> float:

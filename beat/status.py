@@ -132,34 +132,59 @@ def tenant_usage_rows(now: datetime) -> list[dict]:
     return rows
 
 
-def partition_status(client, partition: int) -> dict:
-    """One partition's lease and indexes (the only one, with SCHEDULER_PARTITIONS = 1)."""
+def partition_views(client) -> list[dict]:
+    """Each partition's lease holder and indexes as Redis has them, all partitions in one
+    pipeline (the only one, with SCHEDULER_PARTITIONS = 1)."""
+    count = partition_count()
     pipe = client.pipeline(transaction=False)
-    pipe.get(leader_info_key(partition))
-    pipe.get(faults_key(partition))
-    pipe.hgetall(rebuild_state_key(partition))
-    pipe.get(admission_stats_key(partition))
-    pipe.exists(index_built_key(partition))
-    pipe.zcard(index_key(partition))
-    pipe.zcard(index.runs_index_key(partition))
-    raw_leader, faults, rebuild, admission, built, size, runs_size = pipe.execute()
-    lease = current_epoch(partition)
-    return {
-        "partition": partition,
-        "leader": raw_leader.decode() if raw_leader else None,
-        "epoch": lease[0] if lease else None,
-        "last_holder": lease[1] if lease else None,
-        "index_built": bool(built),
-        "index_rebuilding": bool(rebuild),
-        "index_rebuild_phases": json.loads(rebuild[b"phases"]) if b"phases" in rebuild else [],
-        "index_size": size,
-        "runs_index_size": runs_size,
-        "failing_tenants": json.loads(faults) if faults else [],
-        "admission": json.loads(admission) if admission else None,
-    }
+    for partition in range(count):
+        pipe.get(leader_info_key(partition))
+        pipe.get(faults_key(partition))
+        pipe.hgetall(rebuild_state_key(partition))
+        pipe.get(admission_stats_key(partition))
+        pipe.exists(index_built_key(partition))
+        pipe.zcard(index_key(partition))
+        pipe.zcard(index.runs_index_key(partition))
+    results = pipe.execute()
+    views = []
+    for partition in range(count):
+        raw_leader, faults, rebuild, admission, built, size, runs_size = results[
+            7 * partition : 7 * partition + 7
+        ]
+        views.append(
+            {
+                "partition": partition,
+                "leader": raw_leader.decode() if raw_leader else None,
+                "index_built": bool(built),
+                "index_rebuilding": bool(rebuild),
+                "index_rebuild_phases": (
+                    json.loads(rebuild[b"phases"]) if b"phases" in rebuild else []
+                ),
+                "index_size": size,
+                "runs_index_size": runs_size,
+                "failing_tenants": json.loads(faults) if faults else [],
+                "admission": json.loads(admission) if admission else None,
+            }
+        )
+    return views
 
 
-def _merged_admission(parts: list[dict]) -> dict | None:
+def partition_status(client) -> list[dict]:
+    """`partition_views` with each partition's epoch and last holder (PostgreSQL)."""
+    out = []
+    for view in partition_views(client):
+        lease = current_epoch(view["partition"])
+        out.append(
+            {
+                **view,
+                "epoch": lease[0] if lease else None,
+                "last_holder": lease[1] if lease else None,
+            }
+        )
+    return out
+
+
+def merged_admission(parts: list[dict]) -> dict | None:
     """The partitions' admission views as one: broker room summed, tenants together (each
     tenant is in one partition)."""
     views = [p["admission"] for p in parts if p["admission"] is not None]
@@ -167,7 +192,7 @@ def _merged_admission(parts: list[dict]) -> dict | None:
         return None
     rooms = [v["room"] for v in views if v.get("room") is not None]
     return {
-        "at": min(v["at"] for v in views),
+        "at": min(v.get("at", 0) for v in views),
         "room": sum(rooms) if rooms else None,
         "tenants": {t: row for v in views for t, row in v["tenants"].items()},
         "partitions_reporting": len(views),
@@ -178,7 +203,7 @@ def scheduler_status(client, now: datetime) -> dict:
     """The fleet's state. With one partition the top-level fields are its lease and
     indexes; with more, `leader` and `epoch` name partition 0's and the index fields are
     totals, each partition's own under `partitions`."""
-    parts = [partition_status(client, p) for p in range(partition_count())]
+    parts = partition_status(client)
     overdue = _overdue(now)
     oldest = [overdue["oldest_run"], overdue["oldest_job"]]
     lags = [now.timestamp() - t.timestamp() for t in oldest if t is not None]
@@ -205,7 +230,7 @@ def scheduler_status(client, now: datetime) -> dict:
         "unreadable_schemas": overdue["unreadable"],
         # The leaders' own view of admission: broker room, and per tenant id what it
         # counts in flight and holds waiting (null when no leader published one lately).
-        "admission": first["admission"] if len(parts) == 1 else _merged_admission(parts),
+        "admission": first["admission"] if len(parts) == 1 else merged_admission(parts),
         "partitions": [
             {k: v for k, v in p.items() if k not in ("admission", "failing_tenants")} for p in parts
         ],

@@ -11,8 +11,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.test import override_settings
 
+from core.broker import redis_queue_names
 from core.keys import index_built_key
 from core.partitions import partition_of
 from core.redis import get_redis
@@ -21,7 +23,6 @@ from .processes import start_scheduler, stop
 from .world import bench_tenants, copy_jobs, drop_bench_data, index_jobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QUEUES = [f"runs.{p}.{s}" for p in ("high", "normal", "low") for s in range(4)]
 
 
 def _arrivals(client, count: int, until: float) -> list[float]:
@@ -29,7 +30,7 @@ def _arrivals(client, count: int, until: float) -> list[float]:
     seen: list[float] = []
     while len(seen) < count and time.time() < until:
         pipe = client.pipeline(transaction=False)
-        for name in QUEUES:
+        for name in redis_queue_names(settings.SCHEDULER_SHARD_COUNT):
             pipe.llen(name)
         total = sum(pipe.execute())
         now = time.time()

@@ -36,10 +36,11 @@ def parse_member(raw: bytes | str) -> tuple[int, str]:
 def _by_partition(entries: Iterable[tuple[int, object, datetime]]) -> dict[int, dict]:
     """Entries grouped by their tenant's partition: `{partition: {member: score}}`."""
     out: dict[int, dict] = {}
+    partitions: dict[int, int] = {}  # a bulk write is mostly one tenant: one hash each
     for tenant_id, object_id, when in entries:
-        out.setdefault(tenant_partition(tenant_id), {})[member(tenant_id, object_id)] = (
-            when.timestamp()
-        )
+        if tenant_id not in partitions:
+            partitions[tenant_id] = tenant_partition(tenant_id)
+        out.setdefault(partitions[tenant_id], {})[member(tenant_id, object_id)] = when.timestamp()
     return out
 
 

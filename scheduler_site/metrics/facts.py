@@ -29,18 +29,11 @@ from prometheus_client.samples import Sample
 from psycopg import sql
 
 from beat.lease import current_epoch
-from beat.status import overdue_query
+from beat.status import merged_admission, overdue_query, partition_views
 from core.broker import broker_queue_names, is_amqp, queue_depths
 from core.clock import SystemClock
 from core.keys import (
-    admission_stats_key,
-    faults_key,
-    index_key,
-    leader_info_key,
     metrics_facts_key,
-    partition_count,
-    rebuild_state_key,
-    runs_index_key,
     schedulers_key,
     workers_key,
 )
@@ -260,34 +253,19 @@ def redis_facts(slugs: dict[int, str]) -> list[Metric]:
     if not amqp:
         for name in queues:
             pipe.llen(name)
-    count = partition_count()
-    for partition in range(count):  # six facts per partition, summed below
-        pipe.exists(leader_info_key(partition))
-        pipe.get(admission_stats_key(partition))
-        pipe.get(faults_key(partition))
-        pipe.zcard(index_key(partition))
-        pipe.zcard(runs_index_key(partition))
-        pipe.exists(rebuild_state_key(partition))
     pipe.zrangebyscore(workers_key(), time.time(), "+inf")
     pipe.zcount(schedulers_key(), time.time(), "+inf")
     results = pipe.execute()
     depths = results[: len(queues)] if not amqp else []
-    per_partition = results[len(depths) : len(depths) + 6 * count]
-    workers, schedulers = results[len(depths) + 6 * count :]
-    rows = [per_partition[6 * p : 6 * p + 6] for p in range(count)]
-    led = sum(int(r[0]) for r in rows)
-    admissions = [json.loads(r[1]) for r in rows if r[1]]
-    admission = (
-        {"room": None, "tenants": {t: v for a in admissions for t, v in a["tenants"].items()}}
-        if admissions
-        else None
-    )
-    if admissions and any(a.get("room") is not None for a in admissions):
-        admission["room"] = sum(a["room"] for a in admissions if a.get("room") is not None)
-    faults = [f for r in rows if r[2] for f in json.loads(r[2])]
-    index_size = sum(r[3] for r in rows)
-    runs_index = sum(r[4] for r in rows)
-    rebuilding = any(r[5] for r in rows)
+    workers, schedulers = results[len(depths) :]
+    parts = partition_views(client)
+    count = len(parts)
+    led = sum(1 for p in parts if p["leader"])
+    admission = merged_admission(parts)
+    faults = [f for p in parts for f in p["failing_tenants"]]
+    index_size = sum(p["index_size"] for p in parts)
+    runs_index = sum(p["runs_index_size"] for p in parts)
+    rebuilding = any(p["index_rebuilding"] for p in parts)
     slots = sum(_slots(member) for member in workers)
     return [
         *([] if amqp else [_depth_family(dict(zip(queues, depths, strict=True)))]),

@@ -269,3 +269,15 @@ def test_a_process_whose_take_failed_stops_counting_itself_live(
     assert not a.held()
     a.try_lead()
     assert redis_client.zscore(schedulers_seen_key(), "a:1") is None
+
+
+def test_a_malformed_wake_up_is_logged_and_the_others_still_act(four_partitions, redis_client):
+    a = _process(redis_client, FakeClock(START), "a:1")
+    _settle([a])
+    released = []
+    for leader in a.held():
+        leader.engine.release_held = lambda t, j, out=released: out.append((t, j)) or 0
+    beta = four_partitions["beta"].tenant
+    a._handle_wake("release:not-a-tenant:7")  # no error out of the loop
+    a._handle_wake(f"release:{beta.id}:7")
+    assert released == [(beta.id, 7)]

@@ -20,18 +20,17 @@ import contextlib
 import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
 
-
-@dataclass(order=True)
-class _Waiting:
-    rank: int
-    due: float
-    seq: int
-    item: Any = field(compare=False)
+# A waiting run: (priority rank, due, arrival number, item). Tuples compare in C; the
+# arrival number is unique, so the item itself is never compared. (A dataclass with
+# order=True compared in Python: pushing and taking 10,000 runs cost about 200 ms of the
+# leader's fire, more than publishing them.)
+_Waiting = tuple[int, float, int, Any]
+_ITEM = 3
+_DUE = 1
 
 
 class FairQueue:
@@ -51,7 +50,7 @@ class FairQueue:
             self._ring.append(tenant)
             self._deficit[tenant] = 0
         self._seq += 1
-        heapq.heappush(queue, _Waiting(PRIORITY_RANK.get(priority, 1), due, self._seq, item))
+        heapq.heappush(queue, (PRIORITY_RANK.get(priority, 1), due, self._seq, item))
 
     def waiting(self, tenant: Hashable) -> int:
         return len(self._queues.get(tenant, ()))
@@ -60,20 +59,20 @@ class FairQueue:
         return list(self._ring)
 
     def items(self, tenant: Hashable) -> list[Any]:
-        return [w.item for w in self._queues.get(tenant, ())]
+        return [w[_ITEM] for w in self._queues.get(tenant, ())]
 
     def oldest_due(self, tenant: Hashable) -> float | None:
         queue = self._queues.get(tenant)
-        return min(w.due for w in queue) if queue else None
+        return min(w[_DUE] for w in queue) if queue else None
 
     def remove(self, tenant: Hashable, keep: Callable[[Any], bool]) -> list[Any]:
         """Drop the tenant's waiting items for which `keep` is false; returns them."""
         queue = self._queues.get(tenant)
         if not queue:
             return []
-        dropped = [w.item for w in queue if not keep(w.item)]
+        dropped = [w[_ITEM] for w in queue if not keep(w[_ITEM])]
         if dropped:
-            rest = [w for w in queue if keep(w.item)]
+            rest = [w for w in queue if keep(w[_ITEM])]
             heapq.heapify(rest)
             self._queues[tenant] = rest
             if not rest:
@@ -82,7 +81,7 @@ class FairQueue:
 
     def drain(self) -> list[Any]:
         """Everything waiting, the queue left empty."""
-        items = [w.item for queue in self._queues.values() for w in queue]
+        items = [w[_ITEM] for queue in self._queues.values() for w in queue]
         self._queues.clear()
         self._deficit.clear()
         self._ring.clear()
@@ -126,7 +125,7 @@ class FairQueue:
             if self._deficit[tenant] < 1:
                 self._deficit[tenant] += weights[tenant]
             while self._deficit[tenant] >= 1 and queue and room > 0 and slots[tenant] > 0:
-                taken.append((tenant, heapq.heappop(queue).item))
+                taken.append((tenant, heapq.heappop(queue)[_ITEM]))
                 self._deficit[tenant] -= 1
                 slots[tenant] -= 1
                 room -= 1

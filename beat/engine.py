@@ -22,6 +22,7 @@ from django.db import connection
 
 from core import index
 from core.clock import Clock
+from core.gc_pause import gc_paused
 from core.keys import (
     faults_key,
     index_key,
@@ -148,7 +149,8 @@ class Engine:
 
     def fire(self) -> FireStats:
         """Admit and publish every run whose instant has come."""
-        return fire_step.fire(self)
+        with gc_paused():  # a full collection here delays the whole due second
+            return fire_step.fire(self)
 
     def load_run_index(self) -> int:
         """Runs admitted one by one (manual, backfill, replay, retry) that are due within the

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand
 
 from beat.loop import SchedulerProcess
 from core.clock import SystemClock
+from core.gc_pause import freeze_startup_objects
 from core.redis import get_redis
 
 
@@ -15,4 +16,6 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        SchedulerProcess(client=get_redis(), clock=SystemClock()).run(stop)
+        process = SchedulerProcess(client=get_redis(), clock=SystemClock())
+        freeze_startup_objects()
+        process.run(stop)

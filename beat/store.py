@@ -342,6 +342,31 @@ def queue_unconstrained_params(run_ids: list, judged_ids: list, now: datetime) -
 
 
 @dataclass(frozen=True)
+class PublishableJob:
+    paused: bool
+    misfire_grace_seconds: int
+    priority: str
+    timeout_seconds: int
+
+
+def publishable_jobs(cursor, schema: str, job_ids: list[int]) -> dict[int, PublishableJob]:
+    """The active `allow` jobs among `job_ids`, with what the fire's early publication
+    decides by (`beat/fire.py` `publish_first`): one read by primary key, no lock, and no
+    read of the runs themselves (a run cancelled since it was prepared gets a message that
+    claims nothing: its status is no longer claimable)."""
+    if not job_ids:
+        return {}
+    query = sql.SQL(
+        """
+        SELECT id, paused, misfire_grace_seconds, priority, timeout_seconds FROM {jobs}
+        WHERE id = ANY(%s::int[]) AND concurrency_policy = 'allow' AND deleted_at IS NULL
+        """
+    ).format(jobs=table(schema, "jobs_job"))
+    cursor.execute(query, ["{" + ",".join(map(str, job_ids)) + "}"])
+    return {row[0]: PublishableJob(*row[1:]) for row in cursor.fetchall()}
+
+
+@dataclass(frozen=True)
 class JobAdmissionRow:
     id: int
     policy: str

@@ -82,7 +82,7 @@ class Claimed:
 CLAIM_SQL = """
 WITH claimed AS (
     UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = now(),
-                      worker = %(worker)s, error = ''
+                      worker = %(worker)s, error = '', queued_at = coalesce(queued_at, now())
     WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
       AND set_config('synchronous_commit', 'off', true) IS NOT NULL
     RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at

@@ -34,8 +34,9 @@ CANCELLED = "cancelled"
 ALL = (SCHEDULED, QUEUED, RUNNING, SUCCEEDED, RETRYING, DEAD, SKIPPED, CANCELLED)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
-    # `running` straight from `scheduled`: the leader publishes inside the transaction that
-    # marks the run queued; if that commit is lost, a worker still claims the first attempt.
+    # `running` straight from `scheduled`: the leader publishes a first attempt of an
+    # `allow` job before it marks the run queued (beat/fire.py `publish_first`), and if
+    # that write is lost, a worker still claims the attempt.
     # A retry is claimable only once admitted (its backoff is the leader's to decide).
     SCHEDULED: frozenset({QUEUED, RUNNING, SKIPPED, CANCELLED}),
     RETRYING: frozenset({QUEUED, SKIPPED, CANCELLED}),

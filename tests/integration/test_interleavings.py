@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 import redis
 from django.db import connection, transaction
 from django_tenants.utils import schema_context
@@ -26,7 +27,7 @@ from jobs.services import job_update
 from runs import states
 from runs.models import Run
 
-from .helpers import ACTOR, make_job, new_engine, runs_of, utc
+from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
 from .test_index_upkeep import _missing_or_late
 
 START = utc(2026, 6, 1, 12, 1, 0)
@@ -648,3 +649,107 @@ def test_a_retry_claimed_before_the_fire_commits_waits_for_it_and_runs(live, red
     thread.join(timeout=10)
     assert claimed and claimed[0] is not None and claimed[0].attempt == 2
     assert runs_of(alpha, id=run.id)[0].status == states.RUNNING
+
+
+# --- 11. a first attempt published before its row says queued ---------------------------
+
+
+def _claims(tenant, messages: list[dict], clock) -> list:
+    """Each message through a worker's claim, in order; the attempts they took."""
+    from runs.execution import claim_run
+
+    taken = []
+    for message in messages:
+        schema, run_id, attempt = message_args(message)
+        assert schema == tenant.schema_name
+        claimed = claim_run(
+            schema=schema, run_id=run_id, attempt=attempt, worker="w", now=clock.now()
+        )
+        if claimed is not None:
+            taken.append((run_id, claimed.attempt))
+    return taken
+
+
+def test_a_first_attempt_whose_row_cannot_be_written_is_out_and_runs_once(live, redis_client):
+    """The fire publishes first attempts of `allow` jobs before it marks them queued
+    (`beat/fire.py` `publish_first`). Here a second connection holds the run's row, so the
+    write after the push times out: the message is out while the row still says
+    `scheduled`, the tenant backs off, and once it may go on the leader publishes the run
+    again. Two messages, one attempt: the worker's claim takes it once."""
+    import psycopg
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    engine.materialise()
+    [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    holder = psycopg.connect(**params, autocommit=False)
+    holder.execute(
+        f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [run.id]
+    )
+    try:
+        clock.set(utc(2026, 6, 1, 12, 2))
+        stats = engine.fire()
+        first = queued_messages(redis_client)
+        assert [message_args(m)[1] for m in first] == [str(run.id)]  # out before the write
+        assert stats.deferred == 1 and not engine.faults.allowed(alpha.id)
+        assert runs_of(alpha, id=run.id)[0].status == states.SCHEDULED
+    finally:
+        holder.rollback()
+        holder.close()
+    clock.advance(engine.faults.remaining(alpha.id) + 1)
+    engine.faults.succeeded(alpha.id)  # its back-off is over
+    assert engine.fire().published == 1
+    messages = queued_messages(redis_client)
+    assert [message_args(m)[1] for m in messages] == [str(run.id)] * 2
+    assert _claims(alpha, messages, clock) == [(str(run.id), 1)]
+    assert runs_of(alpha, id=run.id)[0].status == states.RUNNING
+
+
+def test_a_leader_deposed_between_the_push_and_the_write_leaves_one_attempt(
+    live, redis_client, monkeypatch
+):
+    """Another leader bumps the epoch (a real committed write) right after the early push:
+    the deposed leader's write is refused by its fence and the run stays `scheduled` with
+    its message out; the new leader's takeover relay publishes it again; the claim takes
+    one attempt of the two messages."""
+    from beat import fire as fire_module
+    from beat.lease import bump_epoch
+    from beat.store import FencingError
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    old = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    old.materialise()
+    [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
+    publish_first = fire_module.publish_first
+    epochs: list[int] = []
+
+    def deposed_right_after(*args, **kwargs):
+        early = publish_first(*args, **kwargs)
+        epochs.append(bump_epoch("another-leader"))
+        return early
+
+    monkeypatch.setattr(fire_module, "publish_first", deposed_right_after)
+    clock.set(utc(2026, 6, 1, 12, 2))
+    with pytest.raises(FencingError):
+        old.fire()
+    monkeypatch.undo()
+    assert len(queued_messages(redis_client)) == 1
+    assert runs_of(alpha, id=run.id)[0].status == states.SCHEDULED
+    new = new_engine(redis_client, clock)  # takes the lease: a newer epoch still
+    assert epochs
+    new.relay(force=True)
+    assert new.fire().published == 1
+    messages = queued_messages(redis_client)
+    assert [message_args(m)[1] for m in messages] == [str(run.id)] * 2
+    assert _claims(alpha, messages, clock) == [(str(run.id), 1)]
+    with schema_context(alpha.schema_name):
+        assert Run.objects.get(pk=run.pk).status == states.RUNNING

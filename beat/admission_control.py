@@ -46,7 +46,7 @@ from runs.status_sql import STATUS
 from .fair_share import FairQueue
 from .faults import TenantFaults, isolated, must_step_down
 from .messages import PRIORITIES
-from .pending import Pending
+from .pending import DUE_ORDER, Pending
 from .store import job_admission_rows
 
 log = logging.getLogger("beat.admission")
@@ -258,7 +258,7 @@ class AdmissionControl:
         )
         self._flag(bool(len(self.queue)))
         chosen = [entry for _, entry in taken]
-        chosen.sort(key=lambda e: (e.due, e.seq))
+        chosen.sort(key=DUE_ORDER)
         return chosen, uncounted, dropped
 
     def waiting(self) -> int:

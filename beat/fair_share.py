@@ -107,6 +107,12 @@ class FairQueue:
         if not able:
             return []
         sendable = sum(min(slots[t], len(self._queues[t])) for t in able)
+        if (
+            len(able) == len(self._ring)
+            and sendable == len(self)
+            and (budget is None or budget >= sendable)
+        ):
+            return self._take_all()  # what the rounds below would end with, item by item
         room = sendable if budget is None else min(budget, sendable)
         weights = {t: max(int(weight(t)), 1) for t in able}
         taken: list[tuple[Hashable, Any]] = []
@@ -137,6 +143,17 @@ class FairQueue:
             elif self._deficit[tenant] < 1:
                 self._ring.rotate(-1)
             # else: the budget ran out mid-visit; the tenant goes on first next time
+        return taken
+
+    def _take_all(self) -> list[tuple[Hashable, Any]]:
+        """Everything, when every tenant has a slot for each of its items and the budget
+        covers them all: the rounds would empty every queue (and so forget every tenant's
+        deficit) whatever their order, so the items go in one pass, in priority order
+        within each tenant."""
+        taken = [(tenant, w[_ITEM]) for tenant in self._ring for w in sorted(self._queues[tenant])]
+        self._queues.clear()
+        self._deficit.clear()
+        self._ring.clear()
         return taken
 
     def _forget(self, tenant: Hashable) -> None:

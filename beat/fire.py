@@ -49,7 +49,7 @@ from . import store
 from .admission import DueRun, JobLimits, admit, within_freed_slots
 from .faults import isolated, must_step_down
 from .metrics import record_fire
-from .pending import Pending
+from .pending import DUE_ORDER, Pending
 from .planning import DueSlotRun, MisfireRules, misfire_at_admission
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def fire(engine: Engine) -> FireStats:
         decided = engine.admission.decided_by_policy()  # tenants at their quota: no slot
         no_slot = frozenset(e.run_id for e in decided)
         due += decided
-        due.sort(key=lambda e: (e.due, e.seq))
+        due.sort(key=DUE_ORDER)
         for entries in uncounted.values():
             engine.defer_runs(entries)
             stats.deferred += len(entries)
@@ -126,16 +126,17 @@ class Early:
     """Runs published before any of them was marked queued, and when."""
 
     entries: dict = field(default_factory=dict)  # run id -> its entry (message as pushed)
-    at: float = 0.0
+    at: dict[int, float] = field(default_factory=dict)  # tenant -> when its runs were pushed
 
 
 def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: frozenset) -> Early:
     """The common case goes out before the writes: first attempts of active `allow` jobs
-    are pushed at once, all of the call's in one pipeline, and only then do the chunks
-    mark them queued. Marking 10,000 runs queued costs about 40 µs a run in PostgreSQL
-    (every index of `runs_run` gets a new entry, as the status is indexed), so writing
-    first put 0.4 s between the due instant and the last message; what decides a run's
-    early publication is its job's row (`store.publishable_jobs`), read by key in a few µs.
+    are pushed at once, a tenant's in one pipeline as soon as its jobs are read, and only
+    then do the chunks mark them queued. Marking 10,000 runs queued costs about 40 µs a
+    run in PostgreSQL (every index of `runs_run` gets a new entry: the status is indexed),
+    so writing first put 0.4 s between the due instant and the last message; what decides
+    a run's early publication is its row and its job's (`store.publishable_runs`), read
+    by key in a few µs. ADR 0021.
 
     What this changes, and why it keeps the guarantees: a worker may claim such a run
     while it is still `scheduled` (a legal transition, as when a fire's commit is lost);
@@ -165,21 +166,20 @@ def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: fr
                 engine.faults,
                 tenant_id,
                 schema,
-                lambda s=schema, e=entries: store.publishable_jobs(
-                    cursor, s, list({x.job_id for x in e})
+                lambda s=schema, e=entries: store.publishable_runs(
+                    cursor, s, [x.run_id for x in e]
                 ),
             )
             if not ran:  # the chunk defers the tenant's runs
                 continue
-            for entry in entries:
-                job = jobs.get(entry.job_id)
-                if job is not None and _publishable(entry, job, now):
-                    early.entries[entry.run_id] = engine.runs.rebuilt(
-                        entry, job.priority, job.timeout_seconds
-                    )
-        engine.checkpoint()
-        engine.writes.push_messages([(e.queue, e.message) for e in early.entries.values()])
-    early.at = engine.clock.now().timestamp()
+            out = [
+                engine.runs.rebuilt(entries[n], job.priority, job.timeout_seconds)
+                for n, job in sorted(jobs.items())  # in the order they were due
+                if _publishable(entries[n], job, now)
+            ]
+            engine.writes.push_messages([(e.queue, e.message) for e in out])  # tenant by tenant
+            early.at[tenant_id] = engine.clock.now().timestamp()
+            early.entries.update((e.run_id, e) for e in out)
     return early
 
 
@@ -312,9 +312,10 @@ def _apply(
         engine.admission.offer(result.waiting)
     first = [e for e in result.queued if e.run_id in early.entries]
     later = [e for e in result.queued if e.run_id not in early.entries]
-    stats.lags.extend(early.at - e.due for e in first)
+    early_at = early.at.get(entries[0].tenant_id, published_at)
+    stats.lags.extend(early_at - e.due for e in first)
     stats.lags.extend(published_at - e.due for e in later)
-    record_fire(entries[0].schema, first, 0, 0, early.at)
+    record_fire(entries[0].schema, first, 0, 0, early_at)
     record_fire(entries[0].schema, later, result.skipped, result.cancelled, published_at)
     stats.skipped += result.skipped
     stats.cancelled += result.cancelled

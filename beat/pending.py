@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,11 @@ class Pending:
     # before its instant is on time even when the leader wakes a few ms after it, and a
     # `queue`-policy run released after its turn came is not a misfire either.
     judge_lateness: bool = False
+
+
+# Oldest due first, then the order they were prepared in: the fire's order (a C key, not
+# a lambda: sorting 10,000 runs twice per fire).
+DUE_ORDER = operator.attrgetter("due", "seq")
 
 
 class PendingRuns:

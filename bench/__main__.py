@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     plag.add_argument("--partitions", default="1,2,4")
     plag.add_argument("--processes", default="1,2,4")
     plag.add_argument("--tenants", type=int, default=8)
+    plag.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample each scheduler with py-spy and print where its fire step's time goes",
+    )
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
@@ -213,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             [int(p) for p in args.partitions.split(",")],
             [int(n) for n in args.processes.split(",")],
             args.tenants,
+            profile=args.profile,
         )
     elif args.bench == "fire-lag":
         result = fire_lag.run(

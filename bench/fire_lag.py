@@ -20,7 +20,7 @@ from .world import (
     UNBOUNDED_ADMISSION,
     bench_tenants,
     copy_jobs,
-    drop_bench_data,
+    drop_all_bench_data,
     index_jobs,
     percentile,
 )
@@ -37,7 +37,7 @@ def run(
 ) -> dict:
     client = get_redis()
     tenants = bench_tenants(tenant_count)
-    drop_bench_data(client, tenants)
+    drop_all_bench_data(client)  # another benchmark's queued runs would be republished
     now = datetime.now(UTC)
     if spread_seconds:  # interval jobs: any whole second will do
         first = (now + timedelta(seconds=lead_seconds + 1)).replace(microsecond=0)

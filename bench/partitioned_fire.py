@@ -19,8 +19,9 @@ from core.keys import index_built_key
 from core.partitions import partition_of
 from core.redis import get_redis
 
+from . import fire_profile
 from .processes import start_scheduler, stop
-from .world import bench_tenants, copy_jobs, drop_bench_data, index_jobs
+from .world import bench_tenants, copy_jobs, drop_all_bench_data, index_jobs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -40,11 +41,18 @@ def _arrivals(client, count: int, until: float) -> list[float]:
     return seen
 
 
-def _one(count: int, partitions: int, processes: int, tenant_count: int, lookahead: float) -> dict:
+def _one(
+    count: int,
+    partitions: int,
+    processes: int,
+    tenant_count: int,
+    lookahead: float,
+    profile: bool = False,
+) -> dict:
     lead = lookahead + 10  # the processes start, take their leases, then the window opens
     client = get_redis()
     tenants = bench_tenants(tenant_count)
-    drop_bench_data(client, tenants)
+    drop_all_bench_data(client)  # another benchmark's queued runs would be republished
     now = datetime.now(UTC)
     # Hourly interval jobs all anchored on one whole second (`spread_seconds=1`).
     due = (now + timedelta(seconds=lead + 1)).replace(microsecond=0)
@@ -64,10 +72,20 @@ def _one(count: int, partitions: int, processes: int, tenant_count: int, lookahe
         start_scheduler(log=RESULTS / f"plag-p{partitions}-s{n}.log", **env)
         for n in range(processes)
     ]
+    spies = []
+    if profile:  # from now until a few seconds after the instant
+        seconds = due.timestamp() - time.time() + 5
+        for n, proc in enumerate(procs):
+            raw = RESULTS / f"plag-p{partitions}-s{n}.spy"
+            raw.unlink(missing_ok=True)
+            spies.append((raw, fire_profile.start(proc.pid, raw, seconds)))
     try:
         wait = due.timestamp() - time.time() - 1
         time.sleep(max(wait, 0))
         arrivals = _arrivals(client, count, due.timestamp() + 120)
+        for _, spy in spies:
+            if spy is not None:
+                spy.wait(60)
     finally:
         for proc in procs:
             stop(proc)
@@ -95,6 +113,8 @@ def _one(count: int, partitions: int, processes: int, tenant_count: int, lookahe
         f"(jobs per partition {spread})",
         flush=True,
     )
+    for n, (raw, _) in enumerate(spies):
+        fire_profile.report(fire_profile.summarise(raw), f"  process {n}")
     return row
 
 
@@ -104,9 +124,10 @@ def run(
     processes: list[int],
     tenant_count: int = 8,
     lookahead: float = 30.0,
+    profile: bool = False,
 ) -> list[dict]:
     rows = []
     for p in partitions:
         for n in processes:
-            rows.append(_one(count, p, n, tenant_count, lookahead))
+            rows.append(_one(count, p, n, tenant_count, lookahead, profile))
     return rows

@@ -217,3 +217,59 @@ def test_remove_and_drain():
     assert queue.waiting("a") == 3
     assert sorted(queue.drain()) == [("a", 0), ("a", 2), ("a", 4)]
     assert len(queue) == 0 and queue.tenants() == []
+
+
+def _one_at_a_time(queue: FairQueue, free, weight) -> list:
+    """Everything, taken by the rounds one item per take (the shortcut never applies
+    while more than one item waits)."""
+    taken: list = []
+    while len(queue):
+        step = queue.take(1, free, weight)  # `free` covers each tenant's whole queue
+        assert step
+        taken += step
+    return taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waiting=st.lists(
+        st.lists(st.sampled_from(["high", "normal", "low"]), min_size=1, max_size=12),
+        min_size=1,
+        max_size=6,
+    ),
+    weights=st.lists(st.integers(1, 5), min_size=6, max_size=6),
+    spare=st.integers(0, 5),
+    then=st.lists(st.integers(1, 4), min_size=6, max_size=6),
+)
+def test_a_take_that_fits_everything_matches_the_rounds(waiting, weights, spare, then):
+    """When every tenant has a slot for each of its runs and the budget covers them all,
+    `take` sends everything in one pass: the same runs as the rounds, each tenant's in the
+    same order, and the queue left as the rounds leave it (the next take shares alike)."""
+
+    def build() -> FairQueue:
+        queue = FairQueue()
+        for tenant, priorities in enumerate(waiting):
+            for n, priority in enumerate(priorities):
+                queue.push(tenant, (tenant, n), priority=priority, due=float(n % 3))
+        return queue
+
+    budget = sum(len(p) for p in waiting) + spare
+
+    def free(tenant):
+        return len(waiting[tenant]) + spare
+
+    def weight(tenant):
+        return weights[tenant]
+
+    fast, slow = build(), build()
+    got = fast.take(budget, free, weight)
+    want = _one_at_a_time(slow, free, weight)
+    for tenant in range(len(waiting)):
+        assert [i for t, i in got if t == tenant] == [i for t, i in want if t == tenant]
+    assert sorted(got) == sorted(want) and len(fast) == len(slow) == 0
+    for queue in (fast, slow):
+        for tenant, count in enumerate(then):
+            _fill(queue, tenant, count * 3)
+    assert shares(fast.take(6, lambda t: UNLIMITED, weight)) == shares(
+        slow.take(6, lambda t: UNLIMITED, weight)
+    )

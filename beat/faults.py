@@ -159,10 +159,18 @@ class TenantFaults:
 
 
 def isolated(
-    faults: TenantFaults, tenant_id: int, schema: str, work: Callable[[], T]
+    faults: TenantFaults,
+    tenant_id: int,
+    schema: str,
+    work: Callable[[], T],
+    *,
+    record_success: bool = True,
 ) -> tuple[bool, T | None]:
     """Run one tenant's unit of work in its own savepoint (or transaction); a failure that
-    is the tenant's own is recorded and swallowed. Returns (ran, result)."""
+    is the tenant's own is recorded and swallowed. Returns (ran, result). A success ends
+    the tenant's back-off unless `record_success` is false: a read that works says
+    nothing of the write after it (the fire's early publication), and ending the back-off
+    on it would restart a tenant whose writes keep failing at its shortest back-off."""
     if not faults.allowed(tenant_id):
         return False, None
     try:
@@ -173,5 +181,6 @@ def isolated(
             raise
         faults.failed(tenant_id, schema, exc)
         return False, None
-    faults.succeeded(tenant_id)
+    if record_success:
+        faults.succeeded(tenant_id)
     return True, result

@@ -37,6 +37,7 @@ between schemas, so a slow tenant cannot outlast it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -153,34 +154,79 @@ def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: fr
     for entry in due:
         if entry.attempt == 1 and entry.run_id not in no_slot:
             by_tenant[(entry.tenant_id, entry.schema)].append(entry)
-    if not by_tenant:
-        return early
-    # Fenced as every fire transaction is: the lease row held FOR SHARE until after the
-    # push, so a leader deposed in PostgreSQL (its epoch bumped) publishes nothing.
-    with transaction.atomic(), connection.cursor() as cursor:
-        store.fence(cursor, engine.epoch, "fire", engine.partition)
-        store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
-        for (tenant_id, schema), entries in by_tenant.items():
-            engine.checkpoint()
-            ran, jobs = isolated(
-                engine.faults,
-                tenant_id,
-                schema,
-                lambda s=schema, e=entries: store.publishable_runs(
-                    cursor, s, [x.run_id for x in e]
-                ),
-            )
-            if not ran:  # the chunk defers the tenant's runs
-                continue
-            out = [
-                engine.runs.rebuilt(entries[n], job.priority, job.timeout_seconds)
-                for n, job in sorted(jobs.items())  # in the order they were due
-                if _publishable(entries[n], job, now)
-            ]
-            engine.writes.push_messages([(e.queue, e.message) for e in out])  # tenant by tenant
-            early.at[tenant_id] = engine.clock.now().timestamp()
-            early.entries.update((e.run_id, e) for e in out)
+    tenants = list(by_tenant.items())
+    # At most `fire_chunk_schemas` schemas a transaction, as the chunks: each schema read
+    # holds its tables' and indexes' locks to the end of the transaction, and thousands
+    # of them at once filled PostgreSQL's shared lock table.
+    step = engine.config.fire_chunk_schemas
+    for start in range(0, len(tenants), step):
+        _publish_group(engine, tenants[start : start + step], now, early)
     return early
+
+
+# Messages per push: a tenant's, or several small tenants' together (one pipeline, or on
+# RabbitMQ one wait for confirms, for many tenants of a few runs each).
+PUSH_BATCH = 1000
+
+
+def _publish_group(
+    engine: Engine, tenants: list[tuple[tuple[int, str], list[Pending]]], now, early: Early
+) -> None:
+    """One fenced transaction: the lease row held FOR SHARE until every push of the group
+    has ended, so a leader deposed in PostgreSQL (its epoch bumped) publishes nothing."""
+    pushes: list[tuple[list[tuple[int, list[Pending]]], Future]] = []
+    batch: list[tuple[int, list[Pending]]] = []
+
+    def send() -> None:
+        if batch:
+            messages = [(e.queue, e.message) for _, out in batch for e in out]
+            pushes.append((list(batch), _PUSHER.submit(_push, engine, messages)))
+            batch.clear()
+
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            store.fence(cursor, engine.epoch, "fire", engine.partition)
+            store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
+            for (tenant_id, schema), entries in tenants:
+                engine.checkpoint()
+                ran, jobs = isolated(
+                    engine.faults,
+                    tenant_id,
+                    schema,
+                    lambda s=schema, e=entries: store.publishable_runs(
+                        cursor, s, [x.run_id for x in e]
+                    ),
+                    record_success=False,  # the tenant works once its write does (the chunk)
+                )
+                if not ran:  # the chunk defers the tenant's runs
+                    continue
+                out = [
+                    engine.runs.rebuilt(entries[n], job.priority, job.timeout_seconds)
+                    for n, job in sorted(jobs.items())  # in the order they were due
+                    if _publishable(entries[n], job, now)
+                ]
+                batch.append((tenant_id, out))
+                if sum(len(o) for _, o in batch) >= PUSH_BATCH:
+                    send()
+            send()
+            wait([push for _, push in pushes])
+            for sent, push in pushes:
+                at = push.result()  # raises what the push raised (LeaseLost: step down)
+                for tenant_id, out in sent:
+                    early.at[tenant_id] = at
+                    early.entries.update((e.run_id, e) for e in out)
+    finally:
+        wait([push for _, push in pushes])  # none outlives the fence, whatever raised
+
+
+# One thread pushes while the fire reads the next tenants: each waits on a different
+# server (PostgreSQL, the broker), and both waits release the GIL.
+_PUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fire-push")
+
+
+def _push(engine: Engine, messages: list[tuple[str, bytes]]) -> float:
+    engine.writes.push_messages(messages)
+    return engine.clock.now().timestamp()
 
 
 def _publishable(entry: Pending, job: store.PublishableJob, now: datetime) -> bool:
@@ -226,8 +272,7 @@ def _fire_chunk(
         if engine.faults.allowed(entry.tenant_id):
             by_tenant[(entry.tenant_id, entry.schema)].append(entry)
         else:
-            engine.defer_runs([entry])
-            stats.deferred += 1
+            _defer(engine, [entry], stats, early)
     reached: list[tuple[int, str]] = []  # the schemas the first attempt got to, in order
     try:
         admitted = _admit_all(
@@ -243,11 +288,31 @@ def _fire_chunk(
     for key, entries in by_tenant.items():
         result = admitted.get(key)
         if result is None:  # the tenant failed: its runs wait for its back-off
-            engine.defer_runs(entries)
-            stats.deferred += len(entries)
+            _defer(engine, entries, stats, early)
             continue
         engine.faults.succeeded(key[0])
         _apply(engine, entries, result, published_at, stats, early)
+
+
+def _defer(engine: Engine, entries: list[Pending], stats: FireStats, early: Early) -> None:
+    """A failing tenant's runs wait for its back-off, except those published already: their
+    messages are out and a worker may be running them, so they count as in flight, and
+    they leave memory (had one come back later as attempt 1, a retry a worker recorded
+    meanwhile would be hidden behind it). One that stays `scheduled` (its message lost
+    with the write) is found by the relay once the tenant may go on."""
+    out = [e for e in entries if e.run_id in early.entries]
+    rest = [e for e in entries if e.run_id not in early.entries]
+    engine.defer_runs(rest)
+    stats.deferred += len(rest)
+    if not out:
+        return
+    at = early.at.get(out[0].tenant_id, engine.clock.now().timestamp())
+    stats.published += len(out)
+    stats.lags.extend(at - e.due for e in out)
+    record_fire(out[0].schema, out, 0, 0, at)
+    if engine.admission is not None:
+        engine.admission.admitted(out)
+    engine.runs.forget(e.run_id for e in out)
 
 
 def _admit_all(
@@ -341,7 +406,7 @@ def _admit_schema(
     # Published already (`publish_first`): marked queued now, and counted as queued
     # whether or not the row still moves (a worker may have claimed it): its message is out.
     out = [early.entries[e.run_id] for e in entries if e.run_id in early.entries]
-    store.mark_queued(cursor, schema, [e.run_id for e in out])
+    store.mark_published_queued(cursor, schema, [e.run_id for e in out])
     result.queued = list(out)
     # The others without a policy decision to make: marked queued, then published.
     slotted = [e for e in entries if e.run_id not in no_slot and e.run_id not in early.entries]

@@ -428,6 +428,22 @@ def mark_queued(cursor, schema: str, run_ids: list) -> set:
     return {row[0] for row in cursor.fetchall()}
 
 
+def mark_published_queued(cursor, schema: str, run_ids: list) -> None:
+    """The fire's write for first attempts it published before writing (`beat/fire.py`
+    `publish_first`): `scheduled` at attempt 1 -> queued. Only that: a worker may have
+    claimed one and even failed it meanwhile, and its retry (`retrying`, attempt 2) must
+    stay for the leader to admit after its back-off, with a message of its own."""
+    if not run_ids:
+        return
+    query = sql.SQL(
+        """
+        UPDATE {runs} SET status = {queued}, queued_at = now()
+        WHERE id = ANY(%s::uuid[]) AND status = {scheduled} AND attempt = 1
+        """
+    ).format(runs=table(schema, "runs_run"), **STATUS)
+    cursor.execute(query, [uuid_array(run_ids)])
+
+
 def mark_skipped(cursor, schema: str, run_ids: list, reason: str, now: datetime) -> int:
     if not run_ids:
         return 0

@@ -674,8 +674,9 @@ def test_a_first_attempt_whose_row_cannot_be_written_is_out_and_runs_once(live, 
     """The fire publishes first attempts of `allow` jobs before it marks them queued
     (`beat/fire.py` `publish_first`). Here a second connection holds the run's row, so the
     write after the push times out: the message is out while the row still says
-    `scheduled`, the tenant backs off, and once it may go on the leader publishes the run
-    again. Two messages, one attempt: the worker's claim takes it once."""
+    `scheduled`, the tenant backs off, and the run counts in flight (a worker may be running
+    it) but leaves the leader's memory. Once the tenant may go on, the relay finds it
+    still `scheduled` and it is published again. Two messages, one attempt."""
     import psycopg
 
     alpha = live["alpha"].tenant
@@ -697,18 +698,105 @@ def test_a_first_attempt_whose_row_cannot_be_written_is_out_and_runs_once(live, 
         stats = engine.fire()
         first = queued_messages(redis_client)
         assert [message_args(m)[1] for m in first] == [str(run.id)]  # out before the write
-        assert stats.deferred == 1 and not engine.faults.allowed(alpha.id)
+        assert not engine.faults.allowed(alpha.id)
+        assert (stats.published, stats.deferred, len(engine.runs)) == (1, 0, 0)
+        assert engine.admission.in_flight.count(alpha.id) == 1
         assert runs_of(alpha, id=run.id)[0].status == states.SCHEDULED
     finally:
         holder.rollback()
         holder.close()
-    clock.advance(engine.faults.remaining(alpha.id) + 1)
     engine.faults.succeeded(alpha.id)  # its back-off is over
+    clock.advance(5)
+    engine.relay(force=True)
     assert engine.fire().published == 1
     messages = queued_messages(redis_client)
     assert [message_args(m)[1] for m in messages] == [str(run.id)] * 2
     assert _claims(alpha, messages, clock) == [(str(run.id), 1)]
     assert runs_of(alpha, id=run.id)[0].status == states.RUNNING
+
+
+def test_a_retry_recorded_before_the_fires_write_is_not_marked_queued(
+    live, redis_client, monkeypatch
+):
+    """A worker takes the early message, the target fails at once, and the worker records
+    the retry (`retrying`, attempt 2) before the fire's chunk writes. The write moves only
+    a `scheduled` first attempt, so the retry keeps its back-off and gets its own message
+    when the leader admits it (it was queued without one, until the reaper, before)."""
+    from beat import fire as fire_module
+    from runs.execution import claim_run, finish_run
+    from runs.outcomes import Outcome
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(
+        alpha,
+        clock,
+        schedule={"cron": "* * * * *"},
+        retry={"max_attempts": 3, "backoff_seconds": 30, "jitter": False},
+    )
+    engine = new_engine(redis_client, clock)
+    clock.set(EDIT_AT)
+    engine.materialise()
+    [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
+    publish_first = fire_module.publish_first
+
+    def a_quick_worker_fails_it(*args, **kwargs):
+        early = publish_first(*args, **kwargs)
+        claimed = claim_run(
+            schema=alpha.schema_name, run_id=str(run.id), attempt=1, worker="w", now=clock.now()
+        )
+        assert claimed is not None  # claimed while still `scheduled`
+        finish_run(claimed, Outcome(False, error="connection refused"), clock.now())
+        return early
+
+    monkeypatch.setattr(fire_module, "publish_first", a_quick_worker_fails_it)
+    clock.set(utc(2026, 6, 1, 12, 2))
+    engine.fire()
+    monkeypatch.undo()
+    [after] = runs_of(alpha, id=run.id)
+    assert (after.status, after.attempt) == (states.RETRYING, 2)
+    redis_client.delete(*redis_client.keys("runs.*"))  # the first message was taken
+    clock.set(after.due_at + timedelta(seconds=1))
+    engine.load_run_index()
+    engine.relay()
+    assert engine.fire().published == 1
+    [message] = queued_messages(redis_client)
+    assert message_args(message)[1:] == [str(run.id), 2]
+    assert runs_of(alpha, id=run.id)[0].status == states.QUEUED
+
+
+def test_a_tenant_whose_writes_keep_failing_backs_off_longer_each_time(live, redis_client):
+    """The early publication's read of a tenant works while its write does not (a second
+    connection holds a SHARE lock on its runs table: reads pass, updates wait): the
+    back-off must still grow, so the read's success must not end it."""
+    import dataclasses
+
+    import psycopg
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock, lookahead_seconds=90)
+    clock.set(EDIT_AT)
+    engine.materialise()  # 12:02 and 12:03 prepared
+    assert len(runs_of(alpha)) == 2
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    holder = psycopg.connect(**params, autocommit=False)
+    holder.execute(f'LOCK TABLE "{alpha.schema_name}".runs_run IN SHARE MODE')
+    try:
+        failures = []
+        for minute in (2, 3):
+            clock.set(utc(2026, 6, 1, 12, minute))
+            engine.fire()
+            fault = engine.faults.faults[alpha.id]
+            failures.append(fault.failures)
+            engine.faults.faults[alpha.id] = dataclasses.replace(fault, retry_at=0.0)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert failures == [1, 2]
 
 
 def test_a_leader_deposed_between_the_push_and_the_write_leaves_one_attempt(

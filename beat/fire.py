@@ -37,7 +37,7 @@ between schemas, so a slow tenant cannot outlast it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -132,7 +132,7 @@ class Early:
     """Runs published before any of them was marked queued, and when."""
 
     entries: dict = field(default_factory=dict)  # run id -> its entry (message as pushed)
-    at: dict[int, float] = field(default_factory=dict)  # tenant -> when its runs were pushed
+    at: dict = field(default_factory=dict)  # run id -> when its push ended
 
 
 def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: frozenset) -> Early:
@@ -155,79 +155,94 @@ def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: fr
     and published after, by the chunk). An edit that lands between the read and the
     chunk is ordered after the fire, as one landing just after the chunk's commit was."""
     early = Early()
-    by_tenant: dict[tuple[int, str], list[Pending]] = defaultdict(list)
-    for entry in due:
-        if entry.attempt == 1 and entry.run_id not in no_slot:
+    eligible = [e for e in due if e.attempt == 1 and e.run_id not in no_slot]
+    # In due order, in groups of at most PUBLISH_GROUP runs and `fire_chunk_schemas`
+    # schemas, one fenced transaction each: a schema read holds its tables' and indexes'
+    # locks to the end of its transaction, and thousands of schemas at once filled
+    # PostgreSQL's shared lock table.
+    for group in chunks(eligible, PUBLISH_GROUP, engine.config.fire_chunk_schemas):
+        by_tenant: dict[tuple[int, str], list[Pending]] = defaultdict(list)
+        for entry in group:
             by_tenant[(entry.tenant_id, entry.schema)].append(entry)
-    # Reads of at most `fire_chunk` runs (a lease renewal between two), at most
-    # `fire_chunk_schemas` of them a transaction, as the chunks: each schema read holds its
-    # tables' and indexes' locks to the end of the transaction, and thousands of them at
-    # once filled PostgreSQL's shared lock table.
-    size = engine.config.fire_chunk
-    reads = [
-        (key, entries[start : start + size])
-        for key, entries in by_tenant.items()
-        for start in range(0, len(entries), size)
-    ]
-    step = engine.config.fire_chunk_schemas
-    for start in range(0, len(reads), step):
-        _publish_group(engine, reads[start : start + step], now, early)
+        _publish_group(engine, by_tenant, now, early)
     return early
 
 
-# Messages per push: a tenant's, or several small tenants' together (one pipeline, or on
+PUBLISH_GROUP = 10_000  # runs a publication transaction reads and pushes at most
+# Messages per push: a read's, or several small tenants' together (one pipeline, or on
 # RabbitMQ one wait for confirms, for many tenants of a few runs each).
 PUSH_BATCH = 1000
+PUSHES_AHEAD = 2  # pushes submitted and not yet ended, at most: reads wait for the pushes
 
 
 def _publish_group(
-    engine: Engine, tenants: list[tuple[tuple[int, str], list[Pending]]], now, early: Early
+    engine: Engine, by_tenant: dict[tuple[int, str], list[Pending]], now, early: Early
 ) -> None:
     """One fenced transaction: the lease row held FOR SHARE until every push of the group
-    has ended, so a leader deposed in PostgreSQL (its epoch bumped) publishes nothing."""
-    pushes: list[tuple[list[tuple[int, list[Pending]]], Future]] = []
-    batch: list[tuple[int, list[Pending]]] = []
+    has ended (or been cancelled), so a leader deposed in PostgreSQL publishes nothing.
+    Each read is of at most `fire_chunk` runs, with a lease renewal before it, and the
+    lease is renewed while the group waits for its pushes."""
+    size = engine.config.fire_chunk
+    pushes: list[tuple[list[Pending], Future]] = []
+    batch: list[Pending] = []
 
     def send() -> None:
         if batch:
-            messages = [(e.queue, e.message) for _, out in batch for e in out]
+            messages = [(e.queue, e.message) for e in batch]
             pushes.append((list(batch), _PUSHER.submit(_push, engine, messages)))
             batch.clear()
+            _await(engine, [f for _, f in pushes], keep=PUSHES_AHEAD - 1)
 
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        try:
             store.fence(cursor, engine.epoch, "fire", engine.partition)
             store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
-            for (tenant_id, schema), entries in tenants:
-                engine.checkpoint()
-                ran, jobs = isolated(
-                    engine.faults,
-                    tenant_id,
-                    schema,
-                    lambda s=schema, e=entries: store.publishable_runs(
-                        cursor, s, [x.run_id for x in e]
-                    ),
-                    record_success=False,  # the tenant works once its write does (the chunk)
-                )
-                if not ran:  # the chunk defers the tenant's runs
-                    continue
-                out = [
-                    engine.runs.rebuilt(entries[n], job.priority, job.timeout_seconds)
-                    for n, job in sorted(jobs.items())  # in the order they were due
-                    if _publishable(entries[n], job, now)
-                ]
-                batch.append((tenant_id, out))
-                if sum(len(o) for _, o in batch) >= PUSH_BATCH:
-                    send()
+            for (tenant_id, schema), entries in by_tenant.items():
+                for start in range(0, len(entries), size):
+                    part = entries[start : start + size]
+                    engine.checkpoint()
+                    ran, jobs = isolated(
+                        engine.faults,
+                        tenant_id,
+                        schema,
+                        lambda s=schema, p=part: store.publishable_runs(
+                            cursor, s, [x.run_id for x in p]
+                        ),
+                        record_success=False,  # it works once its write does (the chunk)
+                    )
+                    if not ran:  # the chunk defers the tenant's runs
+                        break
+                    batch.extend(
+                        engine.runs.rebuilt(part[n], job.priority, job.timeout_seconds)
+                        for n, job in sorted(jobs.items())  # in the order they were due
+                        if _publishable(part[n], job, now)
+                    )
+                    if len(batch) >= PUSH_BATCH:
+                        send()
             send()
+            _await(engine, [f for _, f in pushes], keep=0)
+        finally:  # no push outlives the fence: the ones not started are cancelled
+            for _, push in pushes:
+                push.cancel()
             wait([push for _, push in pushes])
-            for sent, push in pushes:
-                at = push.result()  # raises what the push raised (LeaseLost: step down)
-                for tenant_id, out in sent:
-                    early.at[tenant_id] = at
-                    early.entries.update((e.run_id, e) for e in out)
-    finally:
-        wait([push for _, push in pushes])  # none outlives the fence, whatever raised
+    for sent, push in pushes:
+        at = push.result()
+        early.entries.update((e.run_id, e) for e in sent)
+        early.at.update((e.run_id, at) for e in sent)
+
+
+def _await(engine: Engine, futures: list[Future], keep: int) -> None:
+    """Until at most `keep` of the pushes are still running, renewing the lease meanwhile;
+    the first one that failed raises at once (the rest are cancelled by the caller)."""
+    step = max(engine.config.fire_lock_timeout_seconds, 0.05)
+    while True:
+        for future in futures:
+            if future.done() and future.exception() is not None:
+                raise future.exception()
+        if sum(not f.done() for f in futures) <= keep:
+            return
+        wait([f for f in futures if not f.done()], timeout=step, return_when=FIRST_COMPLETED)
+        engine.checkpoint()
 
 
 # One thread pushes while the fire reads the next tenants: each waits on a different
@@ -317,13 +332,21 @@ def _defer(engine: Engine, entries: list[Pending], stats: FireStats, early: Earl
     stats.deferred += len(rest)
     if not out:
         return
-    at = early.at.get(out[0].tenant_id, engine.clock.now().timestamp())
     stats.published += len(out)
-    stats.lags.extend(at - e.due for e in out)
-    record_fire(out[0].schema, out, 0, 0, at)
+    _record_early(out, stats, early)
     if engine.admission is not None:
         engine.admission.admitted(out)
     engine.runs.forget(e.run_id for e in out)
+
+
+def _record_early(out: list[Pending], stats: FireStats, early: Early) -> None:
+    """The lags of runs published early, each from the end of its own push."""
+    by_push: dict[float, list[Pending]] = defaultdict(list)
+    for entry in out:
+        by_push[early.at[entry.run_id]].append(entry)
+    for at, entries in by_push.items():
+        stats.lags.extend(at - e.due for e in entries)
+        record_fire(entries[0].schema, entries, 0, 0, at)
 
 
 def _admit_all(
@@ -388,10 +411,8 @@ def _apply(
         engine.admission.offer(result.waiting)
     first = [e for e in result.queued if e.run_id in early.entries]
     later = [e for e in result.queued if e.run_id not in early.entries]
-    early_at = early.at.get(entries[0].tenant_id, published_at)
-    stats.lags.extend(early_at - e.due for e in first)
+    _record_early(first, stats, early)
     stats.lags.extend(published_at - e.due for e in later)
-    record_fire(entries[0].schema, first, 0, 0, early_at)
     record_fire(entries[0].schema, later, result.skipped, result.cancelled, published_at)
     stats.skipped += result.skipped
     stats.cancelled += result.cancelled

@@ -5,6 +5,7 @@ from `make bench ARGS="many-tenants"`."""
 
 from __future__ import annotations
 
+import itertools
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -162,16 +163,20 @@ def test_a_long_catch_up_plan_is_split_across_transactions(live, redis_client):
     }
 
 
-def test_a_burst_is_fired_a_few_chunks_per_call_renewing_between_them(live, redis_client):
+def test_a_burst_is_fired_a_few_chunks_per_call_renewing_between_them(
+    live, redis_client, monkeypatch
+):
     """Defect: a burst due at once was popped and offered to admission whole (100,000
     runs held the loop 1.7 s between two renewals of a 2 s lease). One fire call takes at
-    most FIRE_CHUNKS_PER_CALL chunks; the rest is still due, and the next call takes it."""
-    from beat.fire import FIRE_CHUNKS_PER_CALL
+    most FIRE_CHUNKS_PER_CALL chunks (5 here), renewing the lease between every two
+    chunks; the rest is still due, and the next call takes it."""
+    from beat import fire as fire_module
 
+    monkeypatch.setattr(fire_module, "FIRE_CHUNKS_PER_CALL", 5)
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
     chunk = 4
-    total = chunk * FIRE_CHUNKS_PER_CALL + 3
+    total = chunk * 5 + 3
     for n in range(total):
         make_job(alpha, clock, name=f"burst-{n}", schedule={"cron": "* * * * *"})
     type(alpha).objects.filter(id=alpha.id).update(max_concurrency=1000)
@@ -181,23 +186,34 @@ def test_a_burst_is_fired_a_few_chunks_per_call_renewing_between_them(live, redi
     )
     clock.set(utc(2026, 6, 1, 12, 0, 45))
     engine.materialise()
-    checkpoints = []
-    engine.checkpoint = lambda: checkpoints.append(1)
+    events: list[str] = []
+    engine.checkpoint = lambda: events.append("renew")
+    fire_chunk = fire_module._fire_chunk
+
+    def counted(*args, **kwargs):
+        events.append("chunk")
+        return fire_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(fire_module, "_fire_chunk", counted)
     clock.set(utc(2026, 6, 1, 12, 1))
-    assert engine.fire().published == chunk * FIRE_CHUNKS_PER_CALL
-    assert len(checkpoints) >= FIRE_CHUNKS_PER_CALL
+    assert engine.fire().published == chunk * 5
+    chunks_at = [i for i, event in enumerate(events) if event == "chunk"]
+    assert len(chunks_at) == 5
+    assert all("renew" in events[a:b] for a, b in itertools.pairwise(chunks_at))
     assert engine.fire_limited  # the rest waits in the fair queue: the loop does not sleep
     assert engine.fire().published == 3
     assert not engine.fire_limited
     assert len(runs_of(alpha, status=states.QUEUED)) == total
 
 
-def test_the_per_call_limit_keeps_the_choice_fair(live, redis_client):
+def test_the_per_call_limit_keeps_the_choice_fair(live, redis_client, monkeypatch):
     """Every due run joins the fair queue before the per-call limit applies: a tenant with
     one run due behind another tenant's burst is admitted in the first call (the review's
     case: popping only the burst's oldest would have given all the room to the burst)."""
-    from beat.fire import FIRE_CHUNKS_PER_CALL
+    from beat import fire as fire_module
 
+    FIRE_CHUNKS_PER_CALL = 5  # the module's constant, made small here
+    monkeypatch.setattr(fire_module, "FIRE_CHUNKS_PER_CALL", FIRE_CHUNKS_PER_CALL)
     alpha, beta = live["alpha"].tenant, live["beta"].tenant
     clock = FakeClock(START)
     chunk = 4

@@ -81,3 +81,27 @@ def test_a_benchmark_starts_without_what_other_benchmarks_left(bench_cleanup, re
     for tenant in tenants:
         with schema_context(tenant.schema_name):
             assert not Run.objects.exists()
+
+
+def test_the_fire_profile_sums_samples_by_step(tmp_path):
+    """`partitioned-fire --profile` reads py-spy's raw output: each stack inside the fire
+    step counts for the first step it names, the pusher thread's stacks apart."""
+    from bench import fire_profile
+
+    fire = "main (manage.py:1);fire (beat/fire.py:120)"
+    raw = tmp_path / "s.spy"
+    raw.write_text(
+        f"{fire};publish_first (beat/fire.py:150);publishable_runs (beat/store.py:1) 7\n"
+        f"{fire};_admit_all (beat/fire.py:300);execute (psycopg/cursor.py:1) 5\n"
+        f"{fire};somewhere (beat/fire.py:99) 2\n"
+        "_bootstrap (threading.py:1);_push (beat/fire.py:260);execute (redis/client.py:1) 4\n"
+        "main (manage.py:1);materialise (beat/materialise.py:1) 9\n"
+    )
+    steps = fire_profile.summarise(raw)
+    assert steps == {
+        "early publication: read runs and jobs": 7,
+        "chunks: mark queued / admit (PostgreSQL)": 5,
+        "other": 2,
+        "pusher thread: pushing (alongside the reads)": 4,
+        "total": 14,
+    }

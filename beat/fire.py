@@ -137,8 +137,8 @@ class Early:
 
 def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: frozenset) -> Early:
     """The common case goes out before the writes: first attempts of active `allow` jobs
-    are pushed at once, a tenant's in one pipeline as soon as its jobs are read, and only
-    then do the chunks mark them queued. Marking 10,000 runs queued costs about 40 µs a
+    are read and pushed at once, in due order (`_publish_group`), and only then do the
+    chunks mark them queued. Marking 10,000 runs queued costs about 40 µs a
     run in PostgreSQL (every index of `runs_run` gets a new entry: the status is indexed),
     so writing first put 0.4 s between the due instant and the last message; what decides
     a run's early publication is its row and its job's (`store.publishable_runs`), read
@@ -146,7 +146,7 @@ def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: fr
 
     What this changes, and why it keeps the guarantees: a worker may claim such a run
     while it is still `scheduled` (a legal transition, as when a fire's commit is lost);
-    the chunk's `mark_queued` then leaves it alone (it is no longer admittable). If the
+    the chunk's `mark_published_queued` then leaves it alone (no longer `scheduled`). If the
     leader dies or is deposed between the push and the chunk's commit, the runs stay
     `scheduled` with their messages out, and the next leader publishes them again: the
     worker's claim (a compare-and-set on status and attempt) lets only one message run an

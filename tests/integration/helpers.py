@@ -71,3 +71,19 @@ def message_args(message: dict) -> list:
 
 def set_public() -> None:
     connection.set_schema_to_public()
+
+
+def other_connection(**settings: str):
+    """A second PostgreSQL session on the test database (its own transaction, not
+    Django's), to hold a lock or commit while the code under test runs; `settings` are
+    set for the session (`lock_timeout="100ms"`)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("options", None)
+    other = psycopg.connect(**params, autocommit=False)
+    for name, value in settings.items():
+        other.execute("SELECT set_config(%s, %s, false)", [name, value])
+    return other

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.db import connection
 from django_tenants.utils import schema_context
@@ -24,7 +23,16 @@ from runs.models import DagRun, Run
 from runs.outcomes import Outcome
 from runs.services import job_backfill, job_trigger, run_replay
 
-from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
+from .helpers import (
+    ACTOR,
+    make_job,
+    message_args,
+    new_engine,
+    other_connection,
+    queued_messages,
+    runs_of,
+    utc,
+)
 
 START = utc(2026, 6, 1, 12, 0, 0)
 NOOP = {"type": "task", "task": "builtin.noop"}
@@ -152,10 +160,7 @@ def test_a_root_whose_dag_run_cannot_start_fails_its_attempt_and_retries(live, r
     engine.load_run_index()
     engine.fire()
     [(schema, run_id, attempt)] = _take_messages(redis_client)
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = other_connection()
     holder.execute(f'LOCK TABLE "{schema}".runs_dagrun IN ACCESS EXCLUSIVE MODE')
     try:
         with connection.cursor() as cursor:
@@ -428,10 +433,7 @@ def test_a_leaf_ending_before_the_others_takes_no_lock_and_the_last_end_settles(
     y = _claimed_run(alpha, root_run.dag_run, "y", clock)
     finish_run(x, Outcome(True), clock.now())
     # y still runs: x's end can change nothing, and the DAG run's row stays free meanwhile
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = other_connection()
     holder.execute(
         f'SELECT 1 FROM "{schema}".runs_dagrun WHERE id = %s FOR UPDATE', [root_run.dag_run]
     )

@@ -27,7 +27,16 @@ from jobs.services import job_update
 from runs import states
 from runs.models import Run
 
-from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
+from .helpers import (
+    ACTOR,
+    make_job,
+    message_args,
+    new_engine,
+    other_connection,
+    queued_messages,
+    runs_of,
+    utc,
+)
 from .test_index_upkeep import _missing_or_late
 
 START = utc(2026, 6, 1, 12, 1, 0)
@@ -315,7 +324,6 @@ def test_a_row_lock_in_one_tenant_does_not_stop_another_tenants_fire(live, redis
     once, and the lease is renewed between schemas."""
     import time
 
-    import psycopg
     from django.conf import settings
 
     alpha, beta = live["alpha"].tenant, live["beta"].tenant
@@ -328,10 +336,7 @@ def test_a_row_lock_in_one_tenant_does_not_stop_another_tenants_fire(live, redis
     process.lead_once()  # both 12:02 runs prepared, in memory
     [beta_run] = runs_of(beta, scheduled_for=utc(2026, 6, 1, 12, 2))
     # Someone (a psql session, a stuck request) holds beta's run row.
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = other_connection()
     holder.execute(
         f'SELECT 1 FROM "{beta.schema_name}".runs_run WHERE id = %s FOR UPDATE', [beta_run.id]
     )
@@ -407,10 +412,7 @@ def test_a_process_that_lost_the_redis_lock_before_its_bump_does_not_end_the_lea
     redis_client.delete(b.lock_key)  # B's lease expired meanwhile
     c = Lease(redis_client, holder="c", expire_seconds=2)
     assert c.try_acquire()
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    leader_c = psycopg.connect(**params, autocommit=False)  # C's fenced transaction
+    leader_c = other_connection()  # C's fenced transaction
     leader_c.execute(
         "SELECT 1 FROM public.beat_schedulerlease WHERE id = 1 AND epoch = %s FOR SHARE",
         [c.epoch],
@@ -677,7 +679,6 @@ def test_a_first_attempt_whose_row_cannot_be_written_is_out_and_runs_once(live, 
     `scheduled`, the tenant backs off, and the run counts in flight (a worker may be running
     it) but leaves the leader's memory. Once the tenant may go on, the relay finds it
     still `scheduled` and it is published again. Two messages, one attempt."""
-    import psycopg
 
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
@@ -686,10 +687,7 @@ def test_a_first_attempt_whose_row_cannot_be_written_is_out_and_runs_once(live, 
     clock.set(EDIT_AT)
     engine.materialise()
     [run] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 2))
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = other_connection()
     holder.execute(
         f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [run.id]
     )
@@ -771,8 +769,6 @@ def test_a_tenant_whose_writes_keep_failing_backs_off_longer_each_time(live, red
     back-off must still grow, so the read's success must not end it."""
     import dataclasses
 
-    import psycopg
-
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
     make_job(alpha, clock, schedule={"cron": "* * * * *"})
@@ -780,10 +776,7 @@ def test_a_tenant_whose_writes_keep_failing_backs_off_longer_each_time(live, red
     clock.set(EDIT_AT)
     engine.materialise()  # 12:02 and 12:03 prepared
     assert len(runs_of(alpha)) == 2
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = other_connection()
     holder.execute(f'LOCK TABLE "{alpha.schema_name}".runs_run IN SHARE MODE')
     try:
         failures = []

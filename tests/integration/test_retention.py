@@ -9,7 +9,6 @@ import uuid
 from contextlib import contextmanager
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.db import connection
 from django_tenants.utils import schema_context
@@ -23,7 +22,7 @@ from runs.models import Attempt, DagRun, Run
 from runs.retention import prune_batch
 from tenants.models import Tenant
 
-from .helpers import make_job, new_engine, utc
+from .helpers import make_job, new_engine, other_connection, utc
 
 NOW = utc(2026, 6, 1, 12, 0, 0)
 
@@ -207,21 +206,11 @@ def test_a_broken_tenant_does_not_stop_the_others(live, engine):
             cursor.execute(f'ALTER TABLE "{alpha.schema_name}".gone RENAME TO runs_attempt')
 
 
-def _other_connection(**settings: str) -> psycopg.Connection:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("options", None)
-    other = psycopg.connect(**params, autocommit=False)
-    for name, value in settings.items():
-        other.execute("SELECT set_config(%s, %s, false)", [name, value])
-    return other
-
-
 @contextmanager
 def _batch_in_flight(schema: str, cutoff, limit: int):
     """A pruning batch on its own connection, its transaction left open at its end: the
     longest any writer could have to wait for it."""
-    pruner = _other_connection()
+    pruner = other_connection()
     try:
         with pruner.cursor() as cursor:
             started = time.monotonic()
@@ -250,7 +239,7 @@ def test_a_batch_in_flight_never_blocks_the_leaders_writes_to_the_same_tenant(li
     waiting = _run(alpha, job, states.SCHEDULED, ended_days=None, scheduled_days=-1)
     queued = _run(alpha, job, states.QUEUED, ended_days=None, scheduled_days=0)
     running = _run(alpha, job, states.RUNNING, ended_days=None, scheduled_days=0)
-    writer = _other_connection(lock_timeout="200ms", statement_timeout="2s")
+    writer = other_connection(lock_timeout="200ms", statement_timeout="2s")
     schema = f'"{alpha.schema_name}"'
     try:
         with _batch_in_flight(alpha.schema_name, NOW - timedelta(days=30), 5000) as (done, took):
@@ -296,12 +285,12 @@ def test_a_batch_skips_rows_another_transaction_holds_instead_of_waiting(live):
     job = make_job(alpha, FakeClock(NOW), name="held", schedule=None)
     held, free = (_run(alpha, job, states.SUCCEEDED, ended_days=d) for d in (100, 90))
     _run(alpha, job, states.SUCCEEDED, ended_days=1)
-    holder = _other_connection()
+    holder = other_connection()
     holder.execute(
         f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [held.id]
     )
     try:
-        pruner = _other_connection(lock_timeout="100ms")
+        pruner = other_connection(lock_timeout="100ms")
         try:
             with pruner.cursor() as cursor:
                 done = prune_batch(

@@ -834,3 +834,46 @@ def test_a_leader_deposed_between_the_push_and_the_write_leaves_one_attempt(
     assert _claims(alpha, messages, clock) == [(str(run.id), 1)]
     with schema_context(alpha.schema_name):
         assert Run.objects.get(pk=run.pk).status == states.RUNNING
+
+
+def test_a_failed_early_push_stops_the_publication_before_its_fence_ends(
+    live, redis_client, monkeypatch
+):
+    """The broker refuses a push (the lease lost in Redis): the fire raises at once, at
+    most one more push had been started (one ahead), none runs after the fenced
+    transaction, and nothing is written, so the runs stay `scheduled` for the next leader."""
+    from beat import fire as fire_module
+    from beat.lease import LeaseLost
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    for n in range(6):
+        make_job(alpha, clock, name=f"j{n}", schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock, fire_chunk=1)
+    clock.set(EDIT_AT)
+    engine.materialise()
+    monkeypatch.setattr(fire_module, "PUSH_BATCH", 1)  # one push a run
+    pushes: list[int] = []
+    fence_open = threading.Event()
+
+    def refused(messages) -> None:
+        pushes.append(len(messages))
+        assert fence_open.is_set(), "a push ran after the fenced transaction"
+        raise LeaseLost("another process holds the lease")
+
+    publish_group = fire_module._publish_group
+
+    def watched(*args, **kwargs):
+        fence_open.set()
+        try:
+            return publish_group(*args, **kwargs)
+        finally:
+            fence_open.clear()
+
+    monkeypatch.setattr(engine.writes, "push_messages", refused)
+    monkeypatch.setattr(fire_module, "_publish_group", watched)
+    clock.set(utc(2026, 6, 1, 12, 2))
+    with pytest.raises(LeaseLost):
+        engine.fire()
+    assert 1 <= len(pushes) <= 2
+    assert {r.status for r in runs_of(alpha)} == {states.SCHEDULED}

@@ -19,7 +19,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from core.failpoints import freeze_in_fence
 from core.keys import partition_count
 from core.partitions import lease_row_id
-from core.sql import pg_array, table
+from core.sql import pg_array, table, uuid_array
 from jobs.indexing import SCHEDULABLE
 from runs import status_sql
 from runs.status_sql import STATUS
@@ -376,11 +376,6 @@ def publishable_runs(cursor, schema: str, run_ids: list) -> dict[int, Publishabl
     ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
     cursor.execute(query, [uuid_array(run_ids)])
     return {row[0] - 1: PublishableJob(*row[1:]) for row in cursor.fetchall()}
-
-
-def uuid_array(ids: list) -> str:
-    """A `uuid[]` literal; `UUID.hex` is the cheapest text of a UUID PostgreSQL reads."""
-    return "{" + ",".join(getattr(i, "hex", None) or str(i) for i in ids) + "}"
 
 
 @dataclass(frozen=True)

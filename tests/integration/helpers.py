@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from datetime import UTC, datetime
 
 from django.db import connection
@@ -87,3 +89,53 @@ def other_connection(**settings: str):
     for name, value in settings.items():
         other.execute("SELECT set_config(%s, %s, false)", [name, value])
     return other
+
+
+class StallingProxy:
+    """A TCP proxy whose forwarding can be held: one client's connection stalls for real
+    (its requests sent and not answered, as behind a congested link) while the other
+    connections to the same server go on."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def flow(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self.flowing.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._listener.accept()
+            except OSError:
+                return
+            far = socket.create_connection(self.upstream, timeout=5)
+            far.settimeout(None)
+            self._sockets += [near, far]
+            for src, dst in ((near, far), (far, near)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                self.flowing.wait()  # held here while stalled: nothing goes through
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            src.close()
+            dst.close()

@@ -5,6 +5,7 @@ emptied inside a page): every one broke a promise of docs/invariants.md before i
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -877,3 +878,71 @@ def test_a_failed_early_push_stops_the_publication_before_its_fence_ends(
         engine.fire()
     assert 1 <= len(pushes) <= 2
     assert {r.status for r in runs_of(alpha)} == {states.SCHEDULED}
+
+
+def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
+    live, redis_client, monkeypatch
+):
+    """The connection the fire pushes on stalls (a proxy holds its packets) for more than
+    twice the lease while the fire waits for its early push. The wait renews the lease, on
+    the lease's own connection, so once the link flows again the push lands, fenced by a
+    lock this leader still holds, and it goes on leading. Without the renewal in the wait
+    the lock expired mid-push and the fenced push was refused."""
+    from beat import fire as fire_module
+    from beat.engine import Engine, EngineConfig
+    from beat.lease import Lease
+
+    from .helpers import StallingProxy
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    redis_client.delete("lock:" + leader_lock_name())
+    lease = Lease(redis_client, holder="stalled-link", expire_seconds=1)
+    assert lease.try_acquire()
+    address = redis_client.connection_pool.connection_kwargs
+    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
+    pushes_on = redis.Redis(
+        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=10
+    )
+    renewals: list[float] = []
+    renew = lease.renew
+
+    def counted_renew() -> None:
+        renew()
+        renewals.append(time.monotonic())
+
+    lease.renew = counted_renew
+    engine = Engine(
+        client=redis_client,
+        clock=clock,
+        epoch=lease.epoch,
+        config=EngineConfig(),
+        origin="stalled-link",
+        writes=FencedRedis(pushes_on, lease.lock_key, lease.token),
+        checkpoint=lease.renew_if_due,
+    )
+    clock.set(EDIT_AT)
+    engine.materialise()
+    stall_seconds = 2.5
+    push = fire_module._push
+    stalled: list[float] = []
+
+    def over_a_stalled_link(*args, **kwargs):
+        if not stalled:
+            proxy.stall()
+            stalled.append(time.monotonic())
+            threading.Timer(stall_seconds, proxy.flow).start()
+        return push(*args, **kwargs)
+
+    monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
+    try:
+        clock.set(utc(2026, 6, 1, 12, 2))
+        assert engine.fire().published == 1
+    finally:
+        proxy.close()
+    during = [t for t in renewals if stalled[0] < t < stalled[0] + stall_seconds]
+    assert len(during) >= 2, renewals  # one every quarter lease, at least
+    assert lease.holds_lock()
+    assert len(queued_messages(redis_client)) == 1
+    assert {r.status for r in runs_of(alpha)} == {states.QUEUED}

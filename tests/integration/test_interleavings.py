@@ -887,7 +887,9 @@ def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
     twice the lease while the fire waits for its early push. The wait renews the lease, on
     the lease's own connection, so once the link flows again the push lands, fenced by a
     lock this leader still holds, and it goes on leading. Without the renewal in the wait
-    the lock expired mid-push and the fenced push was refused."""
+    the lock expired mid-push and the fenced push was refused. (The stall stays inside the
+    session's idle-in-transaction bound, set here: past that bound PostgreSQL ends the
+    fenced transaction, the fire fails and its runs stay `scheduled`.)"""
     from beat import fire as fire_module
     from beat.engine import Engine, EngineConfig
     from beat.lease import Lease
@@ -936,11 +938,14 @@ def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
         return push(*args, **kwargs)
 
     monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
+    with connection.cursor() as cursor:  # an earlier test may have left a leader's bound
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '10000', false)")
     try:
         clock.set(utc(2026, 6, 1, 12, 2))
         assert engine.fire().published == 1
     finally:
         proxy.close()
+        connection.close()  # the next test's session starts with the configured bounds
     during = [t for t in renewals if stalled[0] < t < stalled[0] + stall_seconds]
     assert len(during) >= 2, renewals  # one every quarter lease, at least
     assert lease.holds_lock()

@@ -130,12 +130,34 @@ TENANT_DATA_TABLES = (
 )
 
 
-def truncate_tenant_data(schemas: list[str]) -> None:
-    from django.db import connection
+# A table larger than this is truncated; a smaller one is emptied with DELETE.
+TRUNCATE_ABOVE_BYTES = 1 << 20
 
-    with connection.cursor() as cursor:
-        tables = ", ".join(f'"{s}"."{t}"' for s in schemas for t in TENANT_DATA_TABLES)
-        cursor.execute(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+
+def truncate_tenant_data(schemas: list[str]) -> None:
+    """Empty the tenants' data tables, their id sequences restarted. TRUNCATE gives every
+    table new files: about 300 ms for these 26 tables, twice for each of the hundreds of
+    tests using `live`, which was minutes of the suite. DELETE empties a table of a few
+    rows in microseconds; one grown past TRUNCATE_ABOVE_BYTES is still truncated (a DELETE
+    would leave its dead rows for the next tests to scan)."""
+    from django.db import connection, transaction
+
+    names = [f'"{s}"."{t}"' for s in schemas for t in TENANT_DATA_TABLES]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, pg_relation_size(name::regclass) > %s,"
+            " pg_get_serial_sequence(name, 'id') FROM unnest(%s::text[]) AS name",
+            [TRUNCATE_ABOVE_BYTES, names],
+        )
+        tables = cursor.fetchall()
+        big = [name for name, large, _ in tables if large]
+        if big:  # CASCADE: the tables referring to them are emptied with them
+            cursor.execute(f"TRUNCATE {', '.join(big)} RESTART IDENTITY CASCADE")
+        for name, large, _ in tables:  # children first (the order of TENANT_DATA_TABLES)
+            if not large:
+                cursor.execute(f"DELETE FROM {name}")
+        sequences = [seq for _, large, seq in tables if seq and not large]
+        cursor.execute("SELECT setval(seq, 1, false) FROM unnest(%s::text[]) AS seq", [sequences])
         cursor.execute("DELETE FROM public.beat_schedulerlease")
 
 

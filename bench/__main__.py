@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import django
 
@@ -225,22 +226,33 @@ def main(argv: list[str] | None = None) -> int:
             args.count, args.spread, args.tenants, admission=not args.no_admission
         )
     else:
-        result = {
-            "schedule_math": schedule_math.run(number=2000, repeats=1),
-            "leader_cost": leader_cost.run([1000, 5000], due=200, tenant_count=4, repeats=3),
-            "fire_lag": fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
-            "partitioned_fire": partitioned_fire.run(1000, [2], [2], 4, lookahead=3),
-            "many_tenants": many_tenants.run(50, 10, jobs=2, failover=True),
-            "provisioning": provisioning.run(10, (1, 2), samples=1),
-            "tenant_upgrade": tenant_upgrade.run(20, processes=2),
-            "metrics_scrape": metrics_scrape.run(50, repeats=2),
-            "portal_pages": portal_pages.run(2000, 20_000, repeats=3),
-            "dag": dag.run(30, repeats=1, timeout=120),
-            "fair_share": fair_share.run(300, workers=2, timeout=300),
-            "api_latency": api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
-            "http_inflight": http_inflight.run(300, processes=2, hold=30),
-            "retention": retention.run(20_000, jobs=5, seconds=10, max_prune_seconds=120),
+        # every benchmark at a small size, each timed: CI runs this (tests/bench)
+        small = {
+            "schedule_math": lambda: schedule_math.run(number=2000, repeats=1),
+            "leader_cost": lambda: leader_cost.run(
+                [1000, 5000], due=200, tenant_count=4, repeats=3
+            ),
+            "fire_lag": lambda: fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
+            "partitioned_fire": lambda: partitioned_fire.run(1000, [2], [2], 4, lookahead=3),
+            "many_tenants": lambda: many_tenants.run(
+                50, 12, jobs=2, interval=5, modes=("bounded",), failover=True, lead_in=8
+            ),
+            "provisioning": lambda: provisioning.run(10, (1, 2), samples=1),
+            "tenant_upgrade": lambda: tenant_upgrade.run(20, processes=2),
+            "metrics_scrape": lambda: metrics_scrape.run(50, repeats=2),
+            "portal_pages": lambda: portal_pages.run(2000, 20_000, repeats=3),
+            "dag": lambda: dag.run(30, repeats=1, timeout=120),
+            "fair_share": lambda: fair_share.run(300, workers=2, timeout=300),
+            "api_latency": lambda: api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
+            "http_inflight": lambda: http_inflight.run(300, processes=2, hold=30),
+            "retention": lambda: retention.run(20_000, jobs=5, seconds=10, max_prune_seconds=120),
         }
+        result, seconds = {}, {}
+        for name, bench in small.items():
+            started = time.perf_counter()
+            result[name] = bench()
+            seconds[name] = round(time.perf_counter() - started, 1)
+        result["seconds"] = seconds
     if args.json:
         print(json.dumps(result, default=str))
     return 0

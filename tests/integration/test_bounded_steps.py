@@ -110,8 +110,11 @@ def test_one_tenants_big_due_batch_does_not_outlast_the_lease(live, redis_client
     process = SchedulerProcess(
         client=redis_client,
         clock=clock,
-        # no worker here: the broker watermark would admit only a few (not what is tested)
-        config=EngineConfig(admission=AdmissionConfig(enabled=False)),
+        # no worker here: the broker watermark would admit only a few (not what is tested);
+        # chunks of 500 jobs (0.4 s of slow inserts each) leave a loaded machine room inside
+        # the 2 s lease: with the default 1,000 one chunk and its commit took 1.4 s in a
+        # busy run, and the next one lost the lease
+        config=EngineConfig(admission=AdmissionConfig(enabled=False), materialise_chunk=500),
         lease_seconds=2,
         holder="a:1",
     )

@@ -64,6 +64,10 @@ class EngineConfig:
     fire_chunk: int = 2000
     fire_chunk_schemas: int = 50  # tenant schemas one fire transaction touches at most
     fire_lock_timeout_seconds: float = 0.1
+    # The longest a fire waits for the broker to take its pushes while its fenced
+    # transaction sits idle: under the leader session's idle-in-transaction bound, past
+    # which PostgreSQL ends that transaction (and the fence with it).
+    push_wait_seconds: float = 8.0
     sweep_budget_seconds: float = 0.25  # per sweep per iteration
     rebuild_budget_seconds: float = 0.4  # per iteration while a rebuild runs
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
@@ -80,6 +84,7 @@ class EngineConfig:
             misfire_max_age_seconds=settings.SCHEDULER_MISFIRE_MAX_AGE_SECONDS,
             visibility_timeout_seconds=settings.SCHEDULER_VISIBILITY_TIMEOUT_SECONDS,
             fire_lock_timeout_seconds=settings.SCHEDULER_FIRE_LOCK_TIMEOUT_SECONDS,
+            push_wait_seconds=0.8 * settings.SCHEDULER_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
             sweep_budget_seconds=lease / 8,
             rebuild_budget_seconds=lease / 5,
             admission=AdmissionConfig.from_settings(),

@@ -36,6 +36,7 @@ between schemas, so a slow tenant cannot outlast it.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from runs import states
 from . import store
 from .admission import DueRun, JobLimits, admit, within_freed_slots
 from .faults import isolated, must_step_down
+from .lease import LeaseLost
 from .metrics import record_fire
 from .pending import DUE_ORDER, Pending
 from .planning import DueSlotRun, MisfireRules, misfire_at_admission
@@ -231,17 +233,30 @@ def _publish_group(
         early.at.update((e.run_id, at) for e in sent)
 
 
+class PushStalled(LeaseLost):
+    """The broker took no push for `push_wait_seconds`: the leader stops renewing its lease
+    and steps down (its fenced transaction would soon be ended by PostgreSQL)."""
+
+
 def _await(engine: Engine, futures: list[Future], keep: int) -> None:
     """Until at most `keep` of the pushes are still running, renewing the lease meanwhile;
-    the first one that failed raises at once (the rest are cancelled by the caller)."""
+    the first one that failed raises at once (the rest are cancelled by the caller). A
+    push still running after `push_wait_seconds` raises PushStalled: renewing for longer
+    would keep a leader whose fence PostgreSQL is about to end holding the lease for as
+    long as the broker stalls, and no standby could take over."""
     step = max(engine.config.fire_lock_timeout_seconds, 0.05)
+    deadline = time.monotonic() + engine.config.push_wait_seconds
     while True:
         for future in futures:
             if future.done() and future.exception() is not None:
                 raise future.exception()
         if sum(not f.done() for f in futures) <= keep:
             return
-        wait([f for f in futures if not f.done()], timeout=step, return_when=FIRST_COMPLETED)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PushStalled(f"the broker took no push for {engine.config.push_wait_seconds:.1f}s")
+        pending = [f for f in futures if not f.done()]
+        wait(pending, timeout=min(step, left), return_when=FIRST_COMPLETED)
         engine.checkpoint()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -112,9 +113,12 @@ class StallingProxy:
         self.flowing.set()
 
     def close(self) -> None:
+        """Ends every connection (shutdown first: a close from another thread does not
+        wake a thread blocked in `recv` or `accept`)."""
         self.flowing.set()
-        self._listener.close()
-        for sock in self._sockets:
+        for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
     def _accept(self) -> None:

@@ -888,8 +888,8 @@ def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
     the lease's own connection, so once the link flows again the push lands, fenced by a
     lock this leader still holds, and it goes on leading. Without the renewal in the wait
     the lock expired mid-push and the fenced push was refused. (The stall stays inside the
-    session's idle-in-transaction bound, set here: past that bound PostgreSQL ends the
-    fenced transaction, the fire fails and its runs stay `scheduled`.)"""
+    fire's `push_wait_seconds` and the session's idle-in-transaction bound, set here; the
+    next test stalls past the first.)"""
     from beat import fire as fire_module
     from beat.engine import Engine, EngineConfig
     from beat.lease import Lease
@@ -945,9 +945,85 @@ def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
         assert engine.fire().published == 1
     finally:
         proxy.close()
+        pushes_on.close()
         connection.close()  # the next test's session starts with the configured bounds
     during = [t for t in renewals if stalled[0] < t < stalled[0] + stall_seconds]
     assert len(during) >= 2, renewals  # one every quarter lease, at least
     assert lease.holds_lock()
     assert len(queued_messages(redis_client)) == 1
     assert {r.status for r in runs_of(alpha)} == {states.QUEUED}
+
+
+def test_a_push_stalled_past_the_push_wait_gives_the_lease_up(live, redis_client, monkeypatch):
+    """The same stall, longer than the fire's `push_wait_seconds` (by default 0.8 of the
+    leader session's idle-in-transaction bound, past which PostgreSQL ends the fence): the
+    fire raises PushStalled and renews no more, so the lease lapses and a standby may take
+    over; the stalled push, when the link flows again, finds the lock gone and is refused.
+    Nothing is published or written: the runs stay `scheduled` for the next leader. Before,
+    the wait renewed the lease for as long as the broker stalled (up to the Redis socket
+    timeout), with the fence already ended by PostgreSQL."""
+    from beat import fire as fire_module
+    from beat.engine import Engine, EngineConfig
+    from beat.fire import PushStalled
+    from beat.lease import Lease
+
+    from .helpers import StallingProxy
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    redis_client.delete("lock:" + leader_lock_name())
+    lease = Lease(redis_client, holder="stalled-link", expire_seconds=1)
+    assert lease.try_acquire()
+    address = redis_client.connection_pool.connection_kwargs
+    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
+    pushes_on = redis.Redis(
+        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=10
+    )
+    renewals: list[float] = []
+    renew = lease.renew
+
+    def counted_renew() -> None:
+        renew()
+        renewals.append(time.monotonic())
+
+    lease.renew = counted_renew
+    push_wait, stall_seconds = 1.5, 4.0
+    engine = Engine(
+        client=redis_client,
+        clock=clock,
+        epoch=lease.epoch,
+        config=EngineConfig(push_wait_seconds=push_wait),
+        origin="stalled-link",
+        writes=FencedRedis(pushes_on, lease.lock_key, lease.token),
+        checkpoint=lease.renew_if_due,
+    )
+    clock.set(EDIT_AT)
+    engine.materialise()
+    push = fire_module._push
+    stalled: list[float] = []
+
+    def over_a_stalled_link(*args, **kwargs):
+        if not stalled:
+            proxy.stall()
+            stalled.append(time.monotonic())
+            threading.Timer(stall_seconds, proxy.flow).start()
+        return push(*args, **kwargs)
+
+    monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '10000', false)")
+    try:
+        clock.set(utc(2026, 6, 1, 12, 2))
+        with pytest.raises(PushStalled):
+            engine.fire()
+        raised_at = time.monotonic()
+    finally:
+        proxy.close()
+        pushes_on.close()
+        connection.close()
+    assert renewals and max(renewals) < stalled[0] + push_wait + 0.3, (renewals, stalled)
+    assert raised_at >= stalled[0] + stall_seconds - 0.1  # it waited for the push to end
+    assert not lease.holds_lock()  # lapsed: nobody renewed it after the push wait
+    assert queued_messages(redis_client) == []  # the late push found the lock gone
+    assert {r.status for r in runs_of(alpha)} == {states.SCHEDULED}

@@ -150,6 +150,9 @@ def truncate_tenant_data(schemas: list[str]) -> None:
             [TRUNCATE_ABOVE_BYTES, names],
         )
         tables = cursor.fetchall()
+        # As TRUNCATE would: wait for, and then shut out, any writer still at work (a thread
+        # or process a test left behind), so that nothing lands between the deletes.
+        cursor.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
         big = [name for name, large, _ in tables if large]
         if big:  # CASCADE: the tables referring to them are emptied with them
             cursor.execute(f"TRUNCATE {', '.join(big)} RESTART IDENTITY CASCADE")

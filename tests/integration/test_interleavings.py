@@ -4,6 +4,8 @@ emptied inside a page): every one broke a promise of docs/invariants.md before i
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
 from datetime import timedelta
@@ -768,7 +770,6 @@ def test_a_tenant_whose_writes_keep_failing_backs_off_longer_each_time(live, red
     """The early publication's read of a tenant works while its write does not (a second
     connection holds a SHARE lock on its runs table: reads pass, updates wait): the
     back-off must still grow, so the read's success must not end it."""
-    import dataclasses
 
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
@@ -880,6 +881,77 @@ def test_a_failed_early_push_stops_the_publication_before_its_fence_ends(
     assert {r.status for r in runs_of(alpha)} == {states.SCHEDULED}
 
 
+@dataclasses.dataclass
+class StalledLink:
+    """A leader whose pushes go through a `StallingProxy`, its lease (1 s) renewed on its
+    own connection; the first push stalls the link for `stall_seconds`."""
+
+    tenant: object
+    lease: object
+    engine: object
+    renewals: list = dataclasses.field(default_factory=list)  # monotonic times
+    stalled: list = dataclasses.field(default_factory=list)  # when the stall began
+
+
+@contextlib.contextmanager
+def _stalled_link(live, redis_client, monkeypatch, stall_seconds: float, **config):
+    from beat import fire as fire_module
+    from beat.engine import Engine, EngineConfig
+    from beat.lease import Lease
+
+    from .helpers import StallingProxy
+
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    redis_client.delete("lock:" + leader_lock_name())
+    lease = Lease(redis_client, holder="stalled-link", expire_seconds=1)
+    assert lease.try_acquire()
+    address = redis_client.connection_pool.connection_kwargs
+    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
+    pushes_on = redis.Redis(
+        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=10
+    )
+    engine = Engine(
+        client=redis_client,
+        clock=clock,
+        epoch=lease.epoch,
+        config=EngineConfig(**config),
+        origin="stalled-link",
+        writes=FencedRedis(pushes_on, lease.lock_key, lease.token),
+        checkpoint=lease.renew_if_due,
+    )
+    link = StalledLink(alpha, lease, engine)
+    renew = lease.renew
+
+    def counted_renew() -> None:
+        renew()
+        link.renewals.append(time.monotonic())
+
+    lease.renew = counted_renew
+    clock.set(EDIT_AT)
+    engine.materialise()
+    push = fire_module._push
+
+    def over_a_stalled_link(*args, **kwargs):
+        if not link.stalled:
+            proxy.stall()
+            link.stalled.append(time.monotonic())
+            threading.Timer(stall_seconds, proxy.flow).start()
+        return push(*args, **kwargs)
+
+    monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
+    with connection.cursor() as cursor:  # an earlier test may have left a leader's bound
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '10000', false)")
+    clock.set(utc(2026, 6, 1, 12, 2))
+    try:
+        yield link
+    finally:
+        proxy.close()
+        pushes_on.close()
+        connection.close()  # the next test's session starts with the configured bounds
+
+
 def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
     live, redis_client, monkeypatch
 ):
@@ -890,68 +962,14 @@ def test_the_lease_is_renewed_while_the_fire_waits_for_a_stalled_push(
     the lock expired mid-push and the fenced push was refused. (The stall stays inside the
     fire's `push_wait_seconds` and the session's idle-in-transaction bound, set here; the
     next test stalls past the first.)"""
-    from beat import fire as fire_module
-    from beat.engine import Engine, EngineConfig
-    from beat.lease import Lease
-
-    from .helpers import StallingProxy
-
-    alpha = live["alpha"].tenant
-    clock = FakeClock(START)
-    make_job(alpha, clock, schedule={"cron": "* * * * *"})
-    redis_client.delete("lock:" + leader_lock_name())
-    lease = Lease(redis_client, holder="stalled-link", expire_seconds=1)
-    assert lease.try_acquire()
-    address = redis_client.connection_pool.connection_kwargs
-    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
-    pushes_on = redis.Redis(
-        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=10
-    )
-    renewals: list[float] = []
-    renew = lease.renew
-
-    def counted_renew() -> None:
-        renew()
-        renewals.append(time.monotonic())
-
-    lease.renew = counted_renew
-    engine = Engine(
-        client=redis_client,
-        clock=clock,
-        epoch=lease.epoch,
-        config=EngineConfig(),
-        origin="stalled-link",
-        writes=FencedRedis(pushes_on, lease.lock_key, lease.token),
-        checkpoint=lease.renew_if_due,
-    )
-    clock.set(EDIT_AT)
-    engine.materialise()
     stall_seconds = 2.5
-    push = fire_module._push
-    stalled: list[float] = []
-
-    def over_a_stalled_link(*args, **kwargs):
-        if not stalled:
-            proxy.stall()
-            stalled.append(time.monotonic())
-            threading.Timer(stall_seconds, proxy.flow).start()
-        return push(*args, **kwargs)
-
-    monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
-    with connection.cursor() as cursor:  # an earlier test may have left a leader's bound
-        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '10000', false)")
-    try:
-        clock.set(utc(2026, 6, 1, 12, 2))
-        assert engine.fire().published == 1
-    finally:
-        proxy.close()
-        pushes_on.close()
-        connection.close()  # the next test's session starts with the configured bounds
-    during = [t for t in renewals if stalled[0] < t < stalled[0] + stall_seconds]
-    assert len(during) >= 2, renewals  # one every quarter lease, at least
-    assert lease.holds_lock()
+    with _stalled_link(live, redis_client, monkeypatch, stall_seconds) as link:
+        assert link.engine.fire().published == 1
+    during = [t for t in link.renewals if link.stalled[0] < t < link.stalled[0] + stall_seconds]
+    assert len(during) >= 2, link.renewals  # one every quarter lease, at least
+    assert link.lease.holds_lock()
     assert len(queued_messages(redis_client)) == 1
-    assert {r.status for r in runs_of(alpha)} == {states.QUEUED}
+    assert {r.status for r in runs_of(link.tenant)} == {states.QUEUED}
 
 
 def test_a_push_stalled_past_the_push_wait_gives_the_lease_up(live, redis_client, monkeypatch):
@@ -962,68 +980,18 @@ def test_a_push_stalled_past_the_push_wait_gives_the_lease_up(live, redis_client
     Nothing is published or written: the runs stay `scheduled` for the next leader. Before,
     the wait renewed the lease for as long as the broker stalled (up to the Redis socket
     timeout), with the fence already ended by PostgreSQL."""
-    from beat import fire as fire_module
-    from beat.engine import Engine, EngineConfig
     from beat.fire import PushStalled
-    from beat.lease import Lease
 
-    from .helpers import StallingProxy
-
-    alpha = live["alpha"].tenant
-    clock = FakeClock(START)
-    make_job(alpha, clock, schedule={"cron": "* * * * *"})
-    redis_client.delete("lock:" + leader_lock_name())
-    lease = Lease(redis_client, holder="stalled-link", expire_seconds=1)
-    assert lease.try_acquire()
-    address = redis_client.connection_pool.connection_kwargs
-    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
-    pushes_on = redis.Redis(
-        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=10
-    )
-    renewals: list[float] = []
-    renew = lease.renew
-
-    def counted_renew() -> None:
-        renew()
-        renewals.append(time.monotonic())
-
-    lease.renew = counted_renew
     push_wait, stall_seconds = 1.5, 4.0
-    engine = Engine(
-        client=redis_client,
-        clock=clock,
-        epoch=lease.epoch,
-        config=EngineConfig(push_wait_seconds=push_wait),
-        origin="stalled-link",
-        writes=FencedRedis(pushes_on, lease.lock_key, lease.token),
-        checkpoint=lease.renew_if_due,
-    )
-    clock.set(EDIT_AT)
-    engine.materialise()
-    push = fire_module._push
-    stalled: list[float] = []
-
-    def over_a_stalled_link(*args, **kwargs):
-        if not stalled:
-            proxy.stall()
-            stalled.append(time.monotonic())
-            threading.Timer(stall_seconds, proxy.flow).start()
-        return push(*args, **kwargs)
-
-    monkeypatch.setattr(fire_module, "_push", over_a_stalled_link)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '10000', false)")
-    try:
-        clock.set(utc(2026, 6, 1, 12, 2))
+    with _stalled_link(
+        live, redis_client, monkeypatch, stall_seconds, push_wait_seconds=push_wait
+    ) as link:
         with pytest.raises(PushStalled):
-            engine.fire()
+            link.engine.fire()
         raised_at = time.monotonic()
-    finally:
-        proxy.close()
-        pushes_on.close()
-        connection.close()
-    assert renewals and max(renewals) < stalled[0] + push_wait + 0.3, (renewals, stalled)
-    assert raised_at >= stalled[0] + stall_seconds - 0.1  # it waited for the push to end
-    assert not lease.holds_lock()  # lapsed: nobody renewed it after the push wait
+    started = link.stalled[0]
+    assert link.renewals and max(link.renewals) < started + push_wait + 0.3, link.renewals
+    assert raised_at >= started + stall_seconds - 0.1  # it waited for the push to end
+    assert not link.lease.holds_lock()  # lapsed: nobody renewed it after the push wait
     assert queued_messages(redis_client) == []  # the late push found the lock gone
-    assert {r.status for r in runs_of(alpha)} == {states.SCHEDULED}
+    assert {r.status for r in runs_of(link.tenant)} == {states.SCHEDULED}

@@ -1,15 +1,19 @@
 """migrate_schemas across many schemas: the migrations-table check asks for one table by
-name."""
+name, and schemas that already have every migration are not visited."""
 
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.migrations.recorder import MigrationRecorder
 from django.test.utils import CaptureQueriesContext
+from django_tenants.signals import schema_migrated
 from psycopg import sql
 
-from tenants.schema_template import schema_create_from_template, template_ensure
+from bench.probe_migration import PROBE, probe_migration
+from tenants.migrate_executor import command_options, get_executor, schemas_behind
+from tenants.schema_template import code_migrations, schema_create_from_template, template_ensure
 
 SCHEMAS = ["t_mig_a", "t_mig_b", "t_mig_bare"]
 
@@ -31,6 +35,33 @@ def schemas(live):
             cursor.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+@pytest.fixture
+def visited():
+    """The schemas django-tenants' run_migrations visits, in order."""
+    names: list[str] = []
+
+    def record(sender, schema_name, **kwargs):
+        names.append(schema_name)
+
+    schema_migrated.connect(record)
+    yield names
+    schema_migrated.disconnect(record)
+
+
+def _recorded(schema: str) -> set[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.SQL("SELECT app, name FROM {}").format(sql.Identifier(schema, "django_migrations"))
+        )
+        return set(cursor.fetchall())
+
+
+def _run(schemas: list[str], *argv: str) -> None:
+    options = command_options("--executor=standard", "--noinput", "-v", "0", *argv)
+    get_executor("standard")([], options).run_migrations(tenants=list(schemas))
+    connection.set_schema_to_public()
+
+
 def test_the_migrations_table_is_looked_up_by_name_in_the_schema_not_listed(schemas):
     """public has a django_migrations table and is on the search path: a schema without one
     must still be told it has none, and without listing every table of the catalog."""
@@ -44,3 +75,49 @@ def test_the_migrations_table_is_looked_up_by_name_in_the_schema_not_listed(sche
     statements = [q["sql"] for q in queries.captured_queries + more.captured_queries]
     assert statements and not any("pg_table_is_visible" in s for s in statements)
     assert any("relname" in s for s in statements)
+
+
+def test_schemas_behind_are_those_missing_a_migration_or_the_table(schemas):
+    with connection.cursor() as cursor:
+        assert schemas_behind(cursor, SCHEMAS, code_migrations()) == ["t_mig_bare"]
+        cursor.execute("DELETE FROM t_mig_b.django_migrations WHERE app = 'runs'")
+        assert schemas_behind(cursor, SCHEMAS, code_migrations()) == ["t_mig_b", "t_mig_bare"]
+        assert schemas_behind(cursor, ["t_mig_a"], code_migrations() | {PROBE}) == ["t_mig_a"]
+        # More schemas than one statement takes: the chunks each count.
+        many = ["t_mig_a"] * 700 + ["t_mig_bare"]
+        assert schemas_behind(cursor, many, code_migrations()) == ["t_mig_bare"]
+
+
+def test_the_migrate_schemas_command_skips_a_current_schema(schemas, visited):
+    for schema in ("t_mig_a", "t_mig_bare"):
+        call_command(
+            "migrate_schemas",
+            schema_name=schema,
+            tenant=True,
+            executor="standard",
+            interactive=False,
+            verbosity=0,
+        )
+    assert visited == ["t_mig_bare"]
+    assert _recorded("t_mig_bare") == code_migrations()
+
+
+def test_migrate_visits_only_the_schemas_behind_the_code_and_migrates_them(schemas, visited):
+    with probe_migration() as leaf:
+        _run(["t_mig_a"])
+        assert visited == ["t_mig_a"] and PROBE in _recorded("t_mig_a")
+        visited.clear()
+        _run(["t_mig_a", "t_mig_b"])
+        assert visited == ["t_mig_b"]  # t_mig_a has the probe already
+        assert PROBE in _recorded("t_mig_b")
+        visited.clear()
+        _run(["t_mig_a", "t_mig_b"])
+        assert visited == []
+        # A run that is not "apply what is missing" visits every schema it is given.
+        _run(["t_mig_a", "t_mig_b"], "--plan")
+        assert visited == ["t_mig_a", "t_mig_b"]
+        visited.clear()
+        # Naming a target (here: back to before the probe) visits every schema too.
+        _run(["t_mig_a", "t_mig_b"], *leaf)
+        assert visited == ["t_mig_a", "t_mig_b"]
+    assert PROBE not in _recorded("t_mig_a") and PROBE not in _recorded("t_mig_b")

@@ -4,8 +4,10 @@ name, and schemas that already have every migration are not visited."""
 from __future__ import annotations
 
 import pytest
-from django.core.management import call_command
+from django.apps import apps
+from django.core.management import CommandError, call_command
 from django.db import connection, transaction
+from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.test.utils import CaptureQueriesContext
 from django_tenants.signals import schema_migrated
@@ -83,9 +85,44 @@ def test_schemas_behind_are_those_missing_a_migration_or_the_table(schemas):
         cursor.execute("DELETE FROM t_mig_b.django_migrations WHERE app = 'runs'")
         assert schemas_behind(cursor, SCHEMAS, code_migrations()) == ["t_mig_b", "t_mig_bare"]
         assert schemas_behind(cursor, ["t_mig_a"], code_migrations() | {PROBE}) == ["t_mig_a"]
-        # More schemas than one statement takes: the chunks each count.
-        many = ["t_mig_a"] * 700 + ["t_mig_bare"]
-        assert schemas_behind(cursor, many, code_migrations()) == ["t_mig_bare"]
+        # More schemas than one chunk takes: a later chunk's counts are read too.
+        many = ["t_mig_a"] * 700 + ["t_mig_b", "t_mig_bare"]
+        assert schemas_behind(cursor, many, code_migrations()) == ["t_mig_b", "t_mig_bare"]
+        # A duplicated record does not make up for a missing one.
+        cursor.execute(
+            "INSERT INTO t_mig_b.django_migrations (app, name, applied)"
+            " SELECT app, name, applied FROM t_mig_b.django_migrations WHERE app = 'jobs'"
+        )
+        assert schemas_behind(cursor, ["t_mig_b"], code_migrations()) == ["t_mig_b"]
+
+
+def test_every_app_with_models_has_migrations():
+    """Skipping a current schema relies on models changing only by migrations: an app with
+    models and no migrations would get its tables and content types from post_migrate and
+    run_syncdb alone."""
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    without = [
+        config.label
+        for config in apps.get_app_configs()
+        if list(config.get_models()) and config.label not in loader.migrated_apps
+    ]
+    assert without == []
+
+
+def test_a_view_named_django_migrations_is_not_the_table(schemas):
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE VIEW t_mig_bare.django_migrations AS SELECT 1 AS id")
+    connection.set_schema("t_mig_bare", include_public=False)
+    try:
+        assert not MigrationRecorder(connection).has_table()
+    finally:
+        connection.set_schema_to_public()
+
+
+def test_the_subprocess_executor_refuses_a_target_it_would_not_pass_on(schemas):
+    options = command_options("--executor=subprocess", "--noinput", "jobs", "zero")
+    with pytest.raises(CommandError, match="subprocess cannot migrate to a named"):
+        get_executor("subprocess")([], options).run_migrations(tenants=["t_mig_a"])
 
 
 def test_the_migrate_schemas_command_skips_a_current_schema(schemas, visited):
@@ -121,3 +158,7 @@ def test_migrate_visits_only_the_schemas_behind_the_code_and_migrates_them(schem
         _run(["t_mig_a", "t_mig_b"], *leaf)
         assert visited == ["t_mig_a", "t_mig_b"]
     assert PROBE not in _recorded("t_mig_a") and PROBE not in _recorded("t_mig_b")
+    # The public schema is migrated even when current (outside the probe: it would record it).
+    visited.clear()
+    _run(["public", "t_mig_a"])
+    assert visited == ["public"]

@@ -3,17 +3,26 @@ whose held (`queue` policy) runs may now go."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
+import os
+import queue
+import threading
+import time
 from datetime import datetime
 from typing import Any
 
 import redis
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import connection, transaction
 
 from core import index
 from core.keys import admission_waiting_key, ended_key, tenant_partition, wake_key
 from core.redis import get_redis
 from jobs.indexing import best_effort
+
+log = logging.getLogger("runs.notify")
 
 _TENANT_IDS: dict[str, int] = {}
 
@@ -79,27 +88,127 @@ return woken
 ENDED_LIST_CAP = 100_000
 
 
+class EndedReporter:
+    """Sends the ended-attempt reports from a thread of their own, pipelined, so that a
+    worker's task does not wait for a Redis round trip after its finish has committed
+    (about a fifth of a no-op task's bookkeeping, docs/benchmarks.md).
+
+    A report is the same best effort as before: one that a killed process never sent, or
+    that Redis refused, is made good by the leader's recount and relay. The queue is
+    bounded (with Redis down, reports past `capacity` are dropped, not held in memory),
+    and a worker's shutdown flushes what is queued, bounded by `flush`'s timeout. One
+    thread per process: a prefork child forked from a parent that had one starts its own."""
+
+    BATCH = 500
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._queue: queue.Queue = queue.Queue(capacity)
+        self.dropped = 0
+
+    def report(self, keys: tuple[str, str, str], args: tuple) -> None:
+        try:
+            self._live_queue().put_nowait((keys, args))
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 1_000 == 1:
+                log.warning(
+                    "ended-attempt reports dropped (%d so far): Redis is not taking them; the"
+                    " leader's recount frees their slots",
+                    self.dropped,
+                )
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every report queued so far was sent (or given up on); False if
+        `timeout` seconds passed first."""
+        if self._pid != os.getpid():
+            return True  # nothing was reported from this process
+        deadline = time.monotonic() + timeout
+        done = threading.Event()
+        try:
+            self._live_queue().put((None, done), timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(max(0.0, deadline - time.monotonic()))
+
+    def _live_queue(self) -> queue.Queue:
+        pid = os.getpid()
+        if self._pid != pid:
+            with self._lock:
+                if self._pid != pid:
+                    # After a fork the parent's thread is gone and its queue's lock may be
+                    # held: a new queue and a new thread.
+                    self._queue = queue.Queue(self.capacity)
+                    thread = threading.Thread(
+                        target=self._send_forever,
+                        args=(self._queue,),
+                        name="ended-reports",
+                        daemon=True,
+                    )
+                    thread.start()
+                    self._pid = pid
+        return self._queue
+
+    def _send_forever(self, reports: queue.Queue) -> None:
+        while True:
+            batch = [reports.get()]
+            while len(batch) < self.BATCH:
+                try:
+                    batch.append(reports.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._send([item for item in batch if item[0] is not None])
+            except Exception:
+                # Never let one bad batch end the thread: every later report would wait
+                # in the queue until it filled.
+                log.exception("ended-attempt reports not sent (%d)", len(batch))
+            finally:
+                for keys, done in batch:
+                    if keys is None:
+                        done.set()
+
+    def _send(self, batch: list) -> None:
+        if not batch:
+            return
+        with contextlib.suppress(redis.RedisError):
+            pipe = get_redis().pipeline(transaction=False)
+            for keys, args in batch:
+                pipe.eval(_ENDED_SCRIPT, 3, *keys, *args)
+            pipe.execute(raise_on_error=False)
+
+
+ENDED_REPORTER = EndedReporter()
+FLUSH_SECONDS = 5.0  # at a worker's shutdown, reports still unsent after this are recounted
+
+
 def notify_run_ended(
     schema: str, job_id: int, concurrency_policy: str, run_id: Any, attempt: int
 ) -> None:
     """An attempt stopped being in flight (finished, retrying, dead, cancelled): its
     tenant's quota slot is free again, and a `queue`-policy job's held runs may go. Best
-    effort: if Redis does not answer, the leader's recount frees the slot and its relay
-    admits held runs again within their intervals."""
+    effort, sent by ENDED_REPORTER's thread: if Redis does not answer, the leader's recount
+    frees the slot and its relay admits held runs again within their intervals."""
     tenant_id = tenant_id_for(schema)
     release = f"release:{tenant_id}:{job_id}" if concurrency_policy == "queue" else ""
     partition = tenant_partition(tenant_id)  # the three keys share its hash tag
-    with contextlib.suppress(redis.RedisError):
-        get_redis().eval(
-            _ENDED_SCRIPT,
-            3,
-            ended_key(partition),
-            admission_waiting_key(partition),
-            wake_key(partition),
-            f"{tenant_id}:{run_id}:{attempt}",
-            ENDED_LIST_CAP,
-            release,
-        )
+    ENDED_REPORTER.report(
+        (ended_key(partition), admission_waiting_key(partition), wake_key(partition)),
+        (f"{tenant_id}:{run_id}:{attempt}", ENDED_LIST_CAP, release),
+    )
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _flush_ended_reports(**_: object) -> None:
+    ENDED_REPORTER.flush(FLUSH_SECONDS)
+
+
+# A web process (a cancel's report) or a solo worker ending normally flushes too; a prefork
+# child leaves with os._exit, after the signal above.
+atexit.register(ENDED_REPORTER.flush, 2.0)
 
 
 def notify_finished(claimed) -> None:

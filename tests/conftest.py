@@ -101,13 +101,17 @@ def redis_client():
     from django.conf import settings
 
     from core.redis import get_redis
+    from runs.notify import ENDED_REPORTER
 
     client = get_redis()
     assert client.connection_pool.connection_kwargs.get("db") == int(
         settings.REDIS_URL.rsplit("/", 1)[1]
     )
+    # A report the last test's attempts queued (runs/notify.py) must not land in this one.
+    assert ENDED_REPORTER.flush(5)
     client.flushdb()
     yield client
+    assert ENDED_REPORTER.flush(5)
     client.flushdb()
 
 

@@ -23,6 +23,7 @@ from jobs.services import job_pause
 from runs import states, worker_registry
 from runs.execution import run_execute
 from runs.models import Run
+from runs.notify import ENDED_REPORTER
 from runs.services import job_trigger
 from tenants.models import Tenant
 
@@ -83,6 +84,7 @@ def _execute(messages, clock, claimed: Counter | None = None) -> None:
             )
         if claimed is not None and outcome != "duplicate":
             claimed[(run_id, attempt)] += 1
+    assert ENDED_REPORTER.flush(5)  # the workers' reports are in Redis, as after a task
 
 
 def _cycle(engine, clock) -> None:

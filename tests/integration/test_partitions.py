@@ -27,7 +27,7 @@ from core.keys import (
     tenant_partition,
 )
 from core.partitions import partition_of
-from runs.notify import notify_run_ended
+from runs.notify import ENDED_REPORTER, notify_run_ended
 
 from .helpers import make_job, message_args, queued_messages, runs_of, utc
 
@@ -190,6 +190,7 @@ def test_a_process_with_another_partition_count_leads_nothing(
 def test_an_ended_attempt_is_reported_to_its_tenants_partition(four_partitions, redis_client):
     beta = four_partitions["beta"].tenant
     notify_run_ended(beta.schema_name, 1, "allow", "run-1", 1)
+    assert ENDED_REPORTER.flush(5)
     partition = tenant_partition(beta.id)
     assert redis_client.lrange(ended_key(partition), 0, -1) == [f"{beta.id}:run-1:1".encode()]
     others = [n for n in range(P) if n != partition]

@@ -13,6 +13,7 @@ from runs import states
 from runs.execution import claim_run
 from runs.heartbeat import Heartbeats
 from runs.models import Run
+from runs.notify import ENDED_REPORTER
 from runs.services import job_trigger, run_cancel
 
 from .helpers import ACTOR, make_job, message_args, new_engine, queued_messages, runs_of, utc
@@ -117,6 +118,7 @@ def test_held_run_goes_when_the_run_it_waits_for_is_cancelled(live, redis_client
     _, first = _held(alpha, clock, process.engine)
     with schema_context(alpha.schema_name):
         run_cancel(tenant=alpha, actor=ACTOR, run_id=first.id, clock=clock)
+    assert ENDED_REPORTER.flush(5)  # the report is sent from its own thread
     assert redis_client.llen(wake_key()) >= 1
     process.wait(0.01)  # the wake-up: the held run is released
     assert process.engine.fire().published == 1

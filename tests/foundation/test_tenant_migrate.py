@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.apps import apps
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.db import connection, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
@@ -16,6 +16,8 @@ from psycopg import sql
 from bench.probe_migration import PROBE, probe_migration
 from tenants.migrate_executor import command_options, get_executor, schemas_behind
 from tenants.schema_template import code_migrations, schema_create_from_template, template_ensure
+
+from .schemas import migrate_schema
 
 SCHEMAS = ["t_mig_a", "t_mig_b", "t_mig_bare"]
 
@@ -127,14 +129,7 @@ def test_the_subprocess_executor_refuses_a_target_it_would_not_pass_on(schemas):
 
 def test_the_migrate_schemas_command_skips_a_current_schema(schemas, visited):
     for schema in ("t_mig_a", "t_mig_bare"):
-        call_command(
-            "migrate_schemas",
-            schema_name=schema,
-            tenant=True,
-            executor="standard",
-            interactive=False,
-            verbosity=0,
-        )
+        migrate_schema(schema)
     assert visited == ["t_mig_bare"]
     assert _recorded("t_mig_bare") == code_migrations()
 

@@ -33,23 +33,13 @@ from tenants.schema_template import (
 from tenants.services import GENERATED_PASSWORD_ITERATIONS, tenant_provision
 
 from ..scenarios.procs import wait_for
-
-
-def _migrate(schema: str) -> None:
-    call_command(
-        "migrate_schemas",
-        schema_name=schema,
-        tenant=True,
-        executor="standard",
-        interactive=False,
-        verbosity=0,
-    )
+from .schemas import migrate_schema
 
 
 def _migrated(schema: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    _migrate(schema)
+    migrate_schema(schema)
 
 
 def _cloned(schema: str) -> None:
@@ -123,8 +113,8 @@ def test_a_new_migration_applies_to_a_clone_as_to_a_migrated_schema(scratch):
     _migrated("t_tplx_old_migrated")
     _cloned("t_tplx_old_cloned")
     with probe_migration():
-        _migrate("t_tplx_old_migrated")
-        _migrate("t_tplx_old_cloned")
+        migrate_schema("t_tplx_old_migrated")
+        migrate_schema("t_tplx_old_cloned")
         assert _state("t_tplx_old_cloned").current
     migrated, cloned = _snapshot("t_tplx_old_migrated"), _snapshot("t_tplx_old_cloned")
     assert snapshot_differences(migrated, cloned) == []

@@ -149,6 +149,11 @@ def json_type_errors(field: serializers.Field, value: Any, path: str) -> dict[st
     if wrong or not isinstance(value, expected):
         words = " or ".join(dict.fromkeys(_WORDS[t] for t in _as_tuple(expected)))
         return {path: [f"must be {words}"]}
+    limit = getattr(field, "max_length", None)
+    if isinstance(field, serializers.CharField) and limit is not None and len(value) > limit:
+        # DRF strips white space before it counts, so "\r" and 500 characters passed a
+        # limit of 500 although the schema's maxLength refuses it.
+        return {path: [f"Ensure this field has no more than {limit} characters."]}
     child = getattr(field, "child", None)
     if isinstance(value, list) and isinstance(child, serializers.Field):
         errors: dict[str, list[str]] = {}

@@ -104,7 +104,7 @@ TENANT_MULTIPROCESSING_MAX_PROCESSES = env_int(
 )
 TENANT_MULTIPROCESSING_CHUNKS = env_int("TENANT_MIGRATION_CHUNK", 10, minimum=1)
 # migrate_schemas hands its executor only the tenant schemas that lack one of the code's
-# migrations (tenants/migrate_executor.py): a release with none for tenants visits none.
+# migrations (tenants/migrate_executor.py): a release that adds no migration visits none.
 GET_EXECUTOR_FUNCTION = "tenants.migrate_executor.get_executor"
 # Issue `SET search_path` once per schema change (django-tenants resets its cache on every
 # set_tenant, rollback and close), not before every query: a round trip per cursor saved.

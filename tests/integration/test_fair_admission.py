@@ -6,6 +6,7 @@ worker would, which reports the end the way workers do."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections import Counter
@@ -573,6 +574,64 @@ def test_the_recount_of_tenants_with_nothing_waiting_is_bounded(live, redis_clie
     clock.advance(1)
     _cycle(engine, clock)
     assert _leader_counts(engine, clock, beta) == 0
+
+
+def test_the_recount_of_waiting_tenants_is_bounded_oldest_first(
+    live, redis_client, limits, monkeypatch
+):
+    """With 10,000 tenants due together, recounting each before every fire held the fire
+    7.8 s: at most STALE_RECOUNT_TENANTS stale counts are redone a call, the oldest first,
+    and the rest wait for the next call."""
+    from beat import admission_control
+
+    monkeypatch.setattr(admission_control, "STALE_RECOUNT_TENANTS", 1)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    for tenant in (alpha, beta):
+        limits(tenant, max_concurrency=1)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    for tenant in (alpha, beta):  # beta's count a second younger than alpha's
+        job = make_job(tenant, clock, name=f"held-{tenant.slug}", schedule=None, target=NOOP)
+        _trigger(tenant, clock, job, 2)
+        _cycle(engine, clock)
+        _execute(_take_messages(redis_client), clock)
+        redis_client.delete(ended_key())  # the worker died before its report reached Redis
+        clock.advance(1)
+    clock.advance(5)  # both counts are stale; each tenant still counts its ended run
+    _cycle(engine, clock)
+    assert [message_args(m)[0] for m in queued_messages(redis_client)] == [alpha.schema_name]
+    _take_messages(redis_client)
+    _cycle(engine, clock)
+    assert [message_args(m)[0] for m in queued_messages(redis_client)] == [beta.schema_name]
+
+
+def test_counting_many_tenants_for_the_first_time_renews_the_lease_between_statements(
+    live, redis_client, monkeypatch
+):
+    """At a takeover every waiting tenant is counted before it admits: thousands of
+    statements, so the lease is renewed between them (it was lost after 7.8 s)."""
+    from beat import admission_control
+
+    monkeypatch.setattr(admission_control, "RECOUNT_CHUNK", 1)
+    clock = FakeClock(START)
+    for world in live.values():
+        job = make_job(world.tenant, clock, schedule=None, target=NOOP)
+        _trigger(world.tenant, clock, job, 1)
+    engine = _engine(redis_client, clock)
+    calls: list[str] = []
+    original = admission_control.recount
+
+    def counted(chunk):
+        calls.append("recount")
+        return original(chunk)
+
+    monkeypatch.setattr(admission_control, "recount", counted)
+    engine.checkpoint = lambda: calls.append("checkpoint")
+    _cycle(engine, clock)
+    recounts = [n for n, c in enumerate(calls) if c == "recount"]
+    assert len(recounts) == len(live) >= 2
+    assert all("checkpoint" in calls[a:b] for a, b in itertools.pairwise(recounts))
+    assert len(queued_messages(redis_client)) == len(live)
 
 
 # --- what operators see and set ----------------------------------------------------------

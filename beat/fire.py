@@ -195,25 +195,25 @@ def _publish_group(
             batch.clear()
             _await(engine, [f for _, f in pushes], keep=PUSHES_AHEAD - 1)
 
+    reads = [
+        (key, entries[start : start + size])
+        for key, entries in by_tenant.items()
+        for start in range(0, len(entries), size)
+    ]
+    failed: set[int] = set()  # tenants whose read failed: the chunk defers their runs
     with transaction.atomic(), connection.cursor() as cursor:
         try:
             store.fence(cursor, engine.epoch, "fire", engine.partition)
             store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
-            for (tenant_id, schema), entries in by_tenant.items():
-                for start in range(0, len(entries), size):
-                    part = entries[start : start + size]
-                    engine.checkpoint()
-                    ran, jobs = isolated(
-                        engine.faults,
-                        tenant_id,
-                        schema,
-                        lambda s=schema, p=part: store.publishable_runs(
-                            cursor, s, [x.run_id for x in p]
-                        ),
-                        record_success=False,  # it works once its write does (the chunk)
-                    )
-                    if not ran:  # the chunk defers the tenant's runs
-                        break
+            for together in _read_batches(reads, size):
+                together = [(k, p) for k, p in together if k[0] not in failed]
+                engine.checkpoint()
+                for ((tenant_id, _schema), part), jobs in zip(
+                    together, _read_publishable(engine, cursor, together), strict=True
+                ):
+                    if jobs is None:
+                        failed.add(tenant_id)
+                        continue
                     batch.extend(
                         engine.runs.rebuilt(part[n], job.priority, job.timeout_seconds)
                         for n, job in sorted(jobs.items())  # in the order they were due
@@ -231,6 +231,58 @@ def _publish_group(
         at = push.result()
         early.entries.update((e.run_id, e) for e in sent)
         early.at.update((e.run_id, at) for e in sent)
+
+
+Read = tuple[tuple[int, str], list[Pending]]  # (tenant id, schema), its runs to read
+
+
+def _read_batches(reads: list[Read], size: int) -> list[list[Read]]:
+    """Consecutive reads of at most `size` runs in all: small tenants' reads go in one
+    statement."""
+    out: list[list[Read]] = []
+    runs = 0
+    for read in reads:
+        if out and runs + len(read[1]) <= size:
+            out[-1].append(read)
+            runs += len(read[1])
+        else:
+            out.append([read])
+            runs = len(read[1])
+    return out
+
+
+def _read_publishable(
+    engine: Engine, cursor, reads: list[Read]
+) -> list[dict[int, store.PublishableJob] | None]:
+    """`store.publishable_runs` of each read (None: that tenant failed, or backs off):
+    several schemas in one statement, in a savepoint (a failing statement must not end
+    the fence's transaction); if that fails, each tenant's read again on its own,
+    isolated, so that a broken tenant costs only itself. A success ends no back-off: the
+    read says nothing of the write after it (the chunk records it)."""
+    allowed = [r for r in reads if engine.faults.allowed(r[0][0])]
+    if len(allowed) > 1:
+        try:
+            with transaction.atomic():
+                found = store.publishable_runs_of_schemas(
+                    cursor, [(schema, [e.run_id for e in part]) for (_t, schema), part in allowed]
+                )
+        except Exception as exc:
+            if must_step_down(exc):
+                raise
+        else:
+            by_key = {id(r): jobs for r, jobs in zip(allowed, found, strict=True)}
+            return [by_key.get(id(r)) for r in reads]
+    out: list[dict[int, store.PublishableJob] | None] = []
+    for (tenant_id, schema), part in reads:
+        ran, jobs = isolated(
+            engine.faults,
+            tenant_id,
+            schema,
+            lambda s=schema, p=part: store.publishable_runs(cursor, s, [x.run_id for x in p]),
+            record_success=False,
+        )
+        out.append(jobs if ran else None)
+    return out
 
 
 class PushStalled(LeaseLost):
@@ -378,7 +430,11 @@ def _admit_all(
     with transaction.atomic(), connection.cursor() as cursor:
         store.fence(cursor, engine.epoch, "fire", engine.partition)
         store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
+        if not isolate:  # schemas whose runs were all published first: one statement
+            admitted.update(_admit_published(cursor, by_tenant, early))
         for (tenant_id, schema), entries in by_tenant.items():
+            if (tenant_id, schema) in admitted:
+                continue
             engine.checkpoint()  # a slow tenant must not outlast the lease
             if reached is not None:
                 reached.append((tenant_id, schema))
@@ -409,6 +465,25 @@ def _admit_all(
             ]
         )
     return admitted
+
+
+def _admit_published(
+    cursor, by_tenant: dict[tuple[int, str], list[Pending]], early: Early
+) -> dict[tuple[int, str], Admitted]:
+    """The common case of `_admit_schema` for several schemas at once: every run of the
+    schema was published first, so all there is to do is mark them queued. A failure
+    here is nobody's own: the chunk is done again with each tenant isolated."""
+    published = {
+        key: [early.entries[e.run_id] for e in entries]
+        for key, entries in by_tenant.items()
+        if all(e.run_id in early.entries for e in entries)
+    }
+    if len(published) < 2:
+        return {}
+    store.mark_published_queued_of_schemas(
+        cursor, [(schema, [e.run_id for e in out]) for (_t, schema), out in published.items()]
+    )
+    return {key: Admitted(queued=out) for key, out in published.items()}
 
 
 def _apply(

@@ -400,14 +400,28 @@ def put_back_schedulable(
     compared with: a no-op when the edit's time was not earlier than that score, yet
     earlier than the move's. Re-reading after the move closes it: an edit that commits
     later writes its `ZADD LT` after the move."""
+    put_back_schedulable_many(writes, [(tenant_id, schema, moved)])
+
+
+def put_back_schedulable_many(
+    writes: FencedRedis, moves: list[tuple[int, str, dict[int, float | None]]]
+) -> None:
+    """`put_back_schedulable` for several tenants: one read for all of them, and, if that
+    fails (one tenant's schema broken), one read each."""
     try:
-        states = job_states(schema, list(moved))
+        with connection.cursor() as cursor:
+            found = store.job_states_of_schemas(cursor, [(s, list(m)) for _t, s, m in moves])
     except Exception:
         if _connection_broken():
             raise
-        return  # the reconciliation sweep puts them back once the tenant can be read
+        if len(moves) == 1:
+            return  # the reconciliation sweep puts them back once the tenant can be read
+        for move in moves:
+            put_back_schedulable_many(writes, [move])
+        return
     back = {
         index.member(tenant_id, j): at.timestamp()
+        for (tenant_id, _schema, moved), states in zip(moves, found, strict=True)
         for j, (ok, at) in states.items()
         if ok and at is not None and (moved.get(j) is None or at.timestamp() < moved[j])
     }

@@ -166,16 +166,13 @@ class JobRow:
         )
 
 
-def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], set[int]]:
-    """Lock the jobs to materialise. A job an edit holds locked is skipped, not waited
-    for (the leader never queues behind a tenant's request); returns (locked rows, ids of
-    the jobs that are locked elsewhere and so left for the next iteration)."""
-    query = sql.SQL(
+def _lock_query(schema: str) -> sql.Composed:
+    return sql.SQL(
         """
         SELECT {cols},
                (SELECT json_agg(json_build_array(c.name, c.dates, c.ranges))
                 FROM {links} jc JOIN {calendars} c ON c.id = jc.exclusioncalendar_id
-                WHERE jc.job_id = j.id)
+                WHERE jc.job_id = j.id) AS calendars
         FROM {jobs} j WHERE j.id = ANY(%s::bigint[]) FOR UPDATE OF j SKIP LOCKED
         """
     ).format(
@@ -184,35 +181,87 @@ def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], se
         links=table(schema, "jobs_job_calendars"),
         calendars=table(schema, "jobs_exclusioncalendar"),
     )
-    fast_times(cursor).execute(query, [pg_array(job_ids)])
+
+
+def lock_jobs(cursor, schema: str, job_ids: list[int]) -> tuple[list[JobRow], set[int]]:
+    """Lock the jobs to materialise. A job an edit holds locked is skipped, not waited
+    for (the leader never queues behind a tenant's request); returns (locked rows, ids of
+    the jobs that are locked elsewhere and so left for the next iteration)."""
+    fast_times(cursor).execute(_lock_query(schema), [pg_array(job_ids)])
     rows = [JobRow(*row) for row in cursor.fetchall()]
+    return rows, _busy(cursor, schema, job_ids, rows)
+
+
+def lock_jobs_of_schemas(
+    cursor, wanted: list[tuple[str, list[int]]]
+) -> list[tuple[list[JobRow], set[int]]]:
+    """`lock_jobs` for several schemas in ONE statement (a data-reading CTE per schema,
+    each locking its rows): with thousands of tenants of a job or two each, a round trip
+    per tenant was most of the leader's time. In the order of `wanted`."""
+    ctes = sql.SQL(", ").join(
+        sql.SQL("l{n} AS ({query})").format(n=sql.SQL(str(n)), query=_lock_query(schema))
+        for n, (schema, _ids) in enumerate(wanted)
+    )
+    reads = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT {n}, l{n}.* FROM l{n}").format(n=sql.SQL(str(n)))
+        for n in range(len(wanted))
+    )
+    fast_times(cursor).execute(
+        sql.SQL("WITH {ctes} {reads}").format(ctes=ctes, reads=reads),
+        [pg_array(ids) for _schema, ids in wanted],
+    )
+    rows: list[list[JobRow]] = [[] for _ in wanted]
+    for n, *row in cursor.fetchall():
+        rows[n].append(JobRow(*row))
+    return [
+        (rows[n], _busy(cursor, schema, ids, rows[n])) for n, (schema, ids) in enumerate(wanted)
+    ]
+
+
+def _busy(cursor, schema: str, job_ids: list[int], rows: list[JobRow]) -> set[int]:
+    """The wanted jobs not locked that still exist: an edit holds them."""
     missing = set(job_ids) - {row.id for row in rows}
     if not missing:
-        return rows, set()
+        return set()
     exists = sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::bigint[])").format(
         table(schema, "jobs_job")
     )
     cursor.execute(exists, [pg_array(sorted(missing))])
-    return rows, {row[0] for row in cursor.fetchall()}
+    return {row[0] for row in cursor.fetchall()}
+
+
+def _job_states_sql(schema: str) -> sql.Composed:
+    return sql.SQL(
+        f"SELECT id, ({SCHEDULABLE}) AND schedule_kind <> 'none', next_run_at FROM {{}} "
+        "WHERE id = ANY(%s::bigint[])"
+    ).format(table(schema, "jobs_job"))
 
 
 def job_states(cursor, schema: str, job_ids: list[int]) -> dict[int, tuple[bool, datetime | None]]:
     """(schedulable, next_run_at) of each job that exists: what the index must say."""
-    query = sql.SQL(
-        f"SELECT id, ({SCHEDULABLE}) AND schedule_kind <> 'none', next_run_at FROM {{}} "
-        "WHERE id = ANY(%s::bigint[])"
-    ).format(table(schema, "jobs_job"))
-    fast_times(cursor).execute(query, [pg_array(job_ids)])
+    fast_times(cursor).execute(_job_states_sql(schema), [pg_array(job_ids)])
     return {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
 
 
-def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
-    """Insert (id, job_id, scheduled_for, due_at, status, skip_reason) rows for schedule
-    slots; ON CONFLICT DO NOTHING (invariant 1). Returns the ids actually inserted."""
-    if not rows:
-        return []
-    ids, job_ids, slots, dues, statuses, reasons = map(list, zip(*rows, strict=True))
-    query = sql.SQL(
+def job_states_of_schemas(
+    cursor, wanted: list[tuple[str, list[int]]]
+) -> list[dict[int, tuple[bool, datetime | None]]]:
+    """`job_states` of several schemas in one statement, in the order of `wanted`."""
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {n}, q.* FROM ({query}) q)").format(
+            n=sql.SQL(str(n)), query=_job_states_sql(schema)
+        )
+        for n, (schema, _ids) in enumerate(wanted)
+    )
+    fast_times(cursor).execute(query, [pg_array(ids) for _schema, ids in wanted])
+    states: list[dict[int, tuple[bool, datetime | None]]] = [{} for _ in wanted]
+    for n, job_id, ok, at in cursor.fetchall():
+        states[n][job_id] = (ok, at)
+    return states
+
+
+def _insert_runs_sql(schema: str) -> sql.Composed:
+    return sql.SQL(
         """
         INSERT INTO {runs} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason,
                             attempt, worker, error, created_at, finished_at)
@@ -224,41 +273,52 @@ def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
         RETURNING id
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(
-        query,
-        [
-            _plain(ids),
-            _plain(job_ids),
-            _times(slots),
-            _times(dues),
-            _words(statuses),
-            _words(reasons),
-        ],
-    )
+
+
+def _insert_runs_params(rows: list[tuple]) -> list[str]:
+    ids, job_ids, slots, dues, statuses, reasons = map(list, zip(*rows, strict=True))
+    return [
+        _plain(ids),
+        _plain(job_ids),
+        _times(slots),
+        _times(dues),
+        _words(statuses),
+        _words(reasons),
+    ]
+
+
+def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
+    """Insert (id, job_id, scheduled_for, due_at, status, skip_reason) rows for schedule
+    slots; ON CONFLICT DO NOTHING (invariant 1). Returns the ids actually inserted."""
+    if not rows:
+        return []
+    cursor.execute(_insert_runs_sql(schema), _insert_runs_params(rows))
     return [row[0] for row in cursor.fetchall()]
 
 
-def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]) -> None:
-    if not cursors:
-        return
-    job_ids, nexts = map(list, zip(*cursors, strict=True))
+def _advance_sql(schema: str) -> sql.Composed:
     # No next slot: the schedule has ended, and the job is complete.
-    query = sql.SQL(
+    return sql.SQL(
         """
         UPDATE {jobs} AS j SET next_run_at = u.next,
                completed_at = CASE WHEN u.next IS NULL THEN now() ELSE j.completed_at END
         FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, next) WHERE j.id = u.id
         """
     ).format(jobs=table(schema, "jobs_job"))
-    cursor.execute(query, [_plain(job_ids), _times(nexts)])
 
 
-def park_jobs(cursor, schema: str, faults: list[tuple[int, str, str]]) -> None:
-    """(job id, fault code, detail): the job leaves scheduling until edited or resumed."""
-    if not faults:
-        return
-    ids, codes, details = map(list, zip(*faults, strict=True))
-    query = sql.SQL(
+def _advance_params(cursors: list[tuple[int, datetime | None]]) -> list[str]:
+    job_ids, nexts = map(list, zip(*cursors, strict=True))
+    return [_plain(job_ids), _times(nexts)]
+
+
+def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]) -> None:
+    if cursors:
+        cursor.execute(_advance_sql(schema), _advance_params(cursors))
+
+
+def _park_sql(schema: str) -> sql.Composed:
+    return sql.SQL(
         """
         UPDATE {jobs} AS j SET fault_code = u.code, fault_detail = u.detail, faulted_at = now(),
                version = j.version + 1
@@ -266,7 +326,63 @@ def park_jobs(cursor, schema: str, faults: list[tuple[int, str, str]]) -> None:
         WHERE j.id = u.id
         """
     ).format(jobs=table(schema, "jobs_job"))
-    cursor.execute(query, [ids, codes, details])
+
+
+def _park_params(faults: list[tuple[int, str, str]]) -> list:
+    ids, codes, details = map(list, zip(*faults, strict=True))
+    return [ids, codes, details]
+
+
+def park_jobs(cursor, schema: str, faults: list[tuple[int, str, str]]) -> None:
+    """(job id, fault code, detail): the job leaves scheduling until edited or resumed."""
+    if faults:
+        cursor.execute(_park_sql(schema), _park_params(faults))
+
+
+@dataclass(frozen=True)
+class Materialised:
+    """One schema's share of a grouped materialise write."""
+
+    schema: str
+    runs: list[tuple]  # insert_scheduled_runs rows
+    cursors: list[tuple[int, datetime | None]]  # advance_jobs
+    parked: list[tuple[int, str, str]]  # park_jobs
+
+
+def write_materialised(cursor, parts: list[Materialised]) -> list[set]:
+    """`insert_scheduled_runs`, `advance_jobs` and `park_jobs` of several schemas in ONE
+    statement (a data-modifying CTE each, all run to completion whether read or not).
+    A job is advanced or parked, never both, so no two CTEs touch one row. Returns each
+    part's inserted run ids, in the order of `parts`."""
+    ctes: list[sql.Composable] = []
+    params: list = []
+    reads: list[sql.Composable] = []
+    for n, part in enumerate(parts):
+        assert not {c[0] for c in part.cursors} & {p[0] for p in part.parked}
+        if part.runs:
+            ctes.append(
+                sql.SQL("i{} AS ({})").format(sql.SQL(str(n)), _insert_runs_sql(part.schema))
+            )
+            params += _insert_runs_params(part.runs)
+            reads.append(sql.SQL("SELECT {n}, id FROM i{n}").format(n=sql.SQL(str(n))))
+        if part.cursors:
+            ctes.append(sql.SQL("a{} AS ({})").format(sql.SQL(str(n)), _advance_sql(part.schema)))
+            params += _advance_params(part.cursors)
+        if part.parked:
+            ctes.append(sql.SQL("p{} AS ({})").format(sql.SQL(str(n)), _park_sql(part.schema)))
+            params += _park_params(part.parked)
+    inserted: list[set] = [set() for _ in parts]
+    if not ctes:
+        return inserted
+    if not reads:
+        reads = [sql.SQL("SELECT 0, NULL::uuid WHERE false")]
+    cursor.execute(
+        sql.SQL("WITH {} {}").format(sql.SQL(", ").join(ctes), sql.SQL(" UNION ALL ").join(reads)),
+        params,
+    )
+    for n, run_id in cursor.fetchall():
+        inserted[n].add(run_id)
+    return inserted
 
 
 @dataclass(frozen=True)
@@ -348,18 +464,8 @@ class PublishableJob(NamedTuple):  # a tuple: 10,000 of them are built per fire
     timeout_seconds: int
 
 
-def publishable_runs(cursor, schema: str, run_ids: list) -> dict[int, PublishableJob]:
-    """Of `run_ids`, those still `scheduled` whose job is an active `allow` job, by their
-    position in the list, with what the fire's early publication decides by
-    (`beat/fire.py` `publish_first`): each run and its job read by key, no lock. A run an
-    edit removed or cancelled since it was prepared is left out: no message for it.
-
-    Positions rather than ids come back, and the ids go in as bare hex, because turning
-    10,000 UUIDs into text and back cost more in Python than the read in PostgreSQL. The
-    plan is fixed by the query's shape, as in `queue_unconstrained_sql`."""
-    if not run_ids:
-        return {}
-    query = sql.SQL(
+def _publishable_sql(schema: str) -> sql.Composed:
+    return sql.SQL(
         """
         WITH due AS MATERIALIZED (
             SELECT v.n, r.job_id
@@ -374,8 +480,40 @@ def publishable_runs(cursor, schema: str, run_ids: list) -> dict[int, Publishabl
             OFFSET 0) j
         """
     ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
-    cursor.execute(query, [uuid_array(run_ids)])
+
+
+def publishable_runs(cursor, schema: str, run_ids: list) -> dict[int, PublishableJob]:
+    """Of `run_ids`, those still `scheduled` whose job is an active `allow` job, by their
+    position in the list, with what the fire's early publication decides by
+    (`beat/fire.py` `publish_first`): each run and its job read by key, no lock. A run an
+    edit removed or cancelled since it was prepared is left out: no message for it.
+
+    Positions rather than ids come back, and the ids go in as bare hex, because turning
+    10,000 UUIDs into text and back cost more in Python than the read in PostgreSQL. The
+    plan is fixed by the query's shape, as in `queue_unconstrained_sql`."""
+    if not run_ids:
+        return {}
+    cursor.execute(_publishable_sql(schema), [uuid_array(run_ids)])
     return {row[0] - 1: PublishableJob(*row[1:]) for row in cursor.fetchall()}
+
+
+def publishable_runs_of_schemas(
+    cursor, wanted: list[tuple[str, list]]
+) -> list[dict[int, PublishableJob]]:
+    """`publishable_runs` of several schemas in ONE statement, in the order of `wanted`:
+    with thousands of tenants of a run or two each, a round trip per tenant (and a
+    savepoint around each) was most of the fire."""
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {n}, q.* FROM ({query}) q)").format(
+            n=sql.SQL(str(n)), query=_publishable_sql(schema)
+        )
+        for n, (schema, _ids) in enumerate(wanted)
+    )
+    cursor.execute(query, [uuid_array(ids) for _schema, ids in wanted])
+    found: list[dict[int, PublishableJob]] = [{} for _ in wanted]
+    for n, position, *job in cursor.fetchall():
+        found[n][position - 1] = PublishableJob(*job)
+    return found
 
 
 @dataclass(frozen=True)
@@ -423,20 +561,37 @@ def mark_queued(cursor, schema: str, run_ids: list) -> set:
     return {row[0] for row in cursor.fetchall()}
 
 
-def mark_published_queued(cursor, schema: str, run_ids: list) -> None:
-    """The fire's write for first attempts it published before writing (`beat/fire.py`
-    `publish_first`): `scheduled` at attempt 1 -> queued. Only that: a worker may have
-    claimed one and even failed it meanwhile, and its retry (`retrying`, attempt 2) must
-    stay for the leader to admit after its back-off, with a message of its own."""
-    if not run_ids:
-        return
-    query = sql.SQL(
+def _published_queued_sql(schema: str) -> sql.Composed:
+    return sql.SQL(
         """
         UPDATE {runs} SET status = {queued}, queued_at = now()
         WHERE id = ANY(%s::uuid[]) AND status = {scheduled} AND attempt = 1
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [uuid_array(run_ids)])
+
+
+def mark_published_queued(cursor, schema: str, run_ids: list) -> None:
+    """The fire's write for first attempts it published before writing (`beat/fire.py`
+    `publish_first`): `scheduled` at attempt 1 -> queued. Only that: a worker may have
+    claimed one and even failed it meanwhile, and its retry (`retrying`, attempt 2) must
+    stay for the leader to admit after its back-off, with a message of its own."""
+    if run_ids:
+        cursor.execute(_published_queued_sql(schema), [uuid_array(run_ids)])
+
+
+def mark_published_queued_of_schemas(cursor, wanted: list[tuple[str, list]]) -> None:
+    """`mark_published_queued` of several schemas in ONE statement (a data-modifying CTE
+    each, all run to completion)."""
+    wanted = [(schema, ids) for schema, ids in wanted if ids]
+    if not wanted:
+        return
+    ctes = sql.SQL(", ").join(
+        sql.SQL("q{n} AS ({query})").format(n=sql.SQL(str(n)), query=_published_queued_sql(s))
+        for n, (s, _ids) in enumerate(wanted)
+    )
+    cursor.execute(
+        sql.SQL("WITH {} SELECT 1").format(ctes), [uuid_array(ids) for _s, ids in wanted]
+    )
 
 
 def mark_skipped(cursor, schema: str, run_ids: list, reason: str, now: datetime) -> int:

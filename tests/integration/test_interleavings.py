@@ -104,12 +104,15 @@ def test_queue_policy_runs_held_past_the_grace_all_run_in_turn(live, redis_clien
 # --- 3. the leader's CAS undoes an edit whose ZADD LT changed nothing ------------------
 
 
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "grouped"])
 def test_leader_cas_after_an_edit_to_a_later_but_sooner_than_n1_slot(
-    live, redis_client, monkeypatch
+    live, redis_client, monkeypatch, grouped
 ):
     """The leader reads score s = 12:02 and commits next_run_at = 12:03. Before its CAS an
     edit commits next_run_at = 12:02:20 (>= s, so its ZADD LT is a no-op and clears
-    index_dirty). The CAS still finds s and moves the score to 12:03: later than the row."""
+    index_dirty). The CAS still finds s and moves the score to 12:03: later than the row.
+    `grouped`: another tenant's job is due too, so both share one transaction, one CAS
+    and one re-read (`_materialise_group`)."""
     alpha = live["alpha"].tenant
     clock = FakeClock(START)
     job = make_job(
@@ -119,17 +122,19 @@ def test_leader_cas_after_an_edit_to_a_later_but_sooner_than_n1_slot(
         misfire_policy="skip",
         misfire_grace_seconds=5,
     )
+    if grouped:
+        make_job(live["beta"].tenant, clock, schedule={"cron": "* * * * *"})
     engine = new_engine(redis_client, clock)
     clock.set(EDIT_AT)
     committed, go_on = threading.Event(), threading.Event()
-    original = materialise_step._after_commit
+    original = materialise_step._after_commit_many
 
     def held_back(*args, **kwargs):
         committed.set()
         go_on.wait(10)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(materialise_step, "_after_commit", held_back)
+    monkeypatch.setattr(materialise_step, "_after_commit_many", held_back)
 
     def leader() -> None:
         try:
@@ -150,7 +155,7 @@ def test_leader_cas_after_an_edit_to_a_later_but_sooner_than_n1_slot(
         )
     go_on.set()
     thread.join(10)
-    monkeypatch.setattr(materialise_step, "_after_commit", original)
+    monkeypatch.setattr(materialise_step, "_after_commit_many", original)
     with schema_context(alpha.schema_name):
         row = Job.objects.get(id=job.id)
     score = redis_client.zscore(index_key(), index.member(alpha.id, job.id))

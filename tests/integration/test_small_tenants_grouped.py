@@ -1,0 +1,240 @@
+"""Small tenants share a materialise transaction (beat/materialise.py `_materialise_group`):
+their jobs locked in one statement, their runs inserted and cursors advanced in another.
+What held per tenant must hold per group: a broken tenant costs only itself, a job an edit
+holds waits, a catch-up larger than the group's budget loses and doubles nothing."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from beat import materialise as materialise_step
+from core import index
+from core.clock import FakeClock
+from core.keys import index_key
+from runs import states
+
+from .helpers import (
+    make_job,
+    message_args,
+    new_engine,
+    other_connection,
+    queued_messages,
+    runs_of,
+    utc,
+)
+
+START = utc(2026, 6, 1, 12, 0, 0)
+
+
+def _statements(seen: list):
+    def wrapper(execute, sql, params, many, context):
+        seen.append(
+            sql.as_string(context["cursor"].connection) if hasattr(sql, "as_string") else sql
+        )
+        return execute(sql, params, many, context)
+
+    return wrapper
+
+
+def _score(client, tenant, job) -> float | None:
+    return client.zscore(index_key(), index.member(tenant.id, job.id))
+
+
+def test_small_tenants_due_together_are_materialised_in_one_transaction(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    jobs = {
+        tenant.id: [
+            make_job(tenant, clock, name=f"j{n}", schedule={"cron": "* * * * *"}) for n in (1, 2)
+        ]
+        for tenant in (alpha, beta)
+    }
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    with connection.execute_wrapper(_statements(seen := [])):
+        assert engine.materialise() == 4
+    locks = [s for s in seen if "FOR UPDATE" in s]
+    inserts = [s for s in seen if "INSERT INTO" in s]
+    assert len(locks) == 1 and alpha.schema_name in locks[0] and beta.schema_name in locks[0]
+    assert len(inserts) == 1 and alpha.schema_name in inserts[0] and beta.schema_name in inserts[0]
+    for tenant in (alpha, beta):
+        runs = runs_of(tenant)
+        assert sorted(r.job_id for r in runs) == sorted(j.id for j in jobs[tenant.id])
+        assert {(r.scheduled_for, r.status) for r in runs} == {
+            (utc(2026, 6, 1, 12, 1), states.SCHEDULED)
+        }
+        for job in jobs[tenant.id]:
+            assert _score(redis_client, tenant, job) == utc(2026, 6, 1, 12, 2).timestamp()
+    assert len(engine.runs.known) == 4
+    clock.set(utc(2026, 6, 1, 12, 1))
+    assert engine.fire().published == 4
+
+
+def test_a_tenant_whose_tables_vanished_costs_only_itself_in_a_group(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    good = make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    broken = make_job(beta, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run RENAME TO runs_run_gone')
+    try:
+        engine.materialise()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run_gone RENAME TO runs_run')
+    assert [r.job_id for r in runs_of(alpha)] == [good.id]
+    assert runs_of(beta) == []
+    assert not engine.faults.allowed(beta.id) and engine.faults.allowed(alpha.id)
+    # Its due entry moved out of the way (past the lookahead), not lost.
+    assert _score(redis_client, beta, broken) > utc(2026, 6, 1, 12, 1, 15).timestamp()
+    assert _score(redis_client, alpha, good) == utc(2026, 6, 1, 12, 2).timestamp()
+
+
+def test_a_job_an_edit_holds_waits_while_the_rest_of_its_group_is_materialised(live, redis_client):
+    """A second PostgreSQL session holds beta's job row locked (as an edit in progress):
+    the grouped lock skips it, and once it is released the next pass plans it."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    free = make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    held = make_job(beta, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    before = _score(redis_client, beta, held)
+    other = other_connection()
+    try:
+        other.execute(
+            f'SELECT 1 FROM "{beta.schema_name}".jobs_job WHERE id = %s FOR UPDATE', [held.id]
+        )
+        engine.materialise()
+        assert [r.job_id for r in runs_of(alpha)] == [free.id]
+        assert runs_of(beta) == []
+        assert _score(redis_client, beta, held) == before  # still due: the next pass
+    finally:
+        other.rollback()
+        other.close()
+    engine.materialise()
+    assert [(r.job_id, r.scheduled_for) for r in runs_of(beta)] == [
+        (held.id, utc(2026, 6, 1, 12, 1))
+    ]
+
+
+def test_a_catch_up_past_the_group_budget_plans_every_slot_once(live, redis_client):
+    """Jobs 5 slots behind with `run_all`, 2 per tenant, a budget of 3 runs per
+    transaction: the group plans what fits, the rest go in transactions of their own, and
+    every missed slot has exactly one run."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    jobs = [
+        (
+            tenant,
+            make_job(
+                tenant,
+                clock,
+                name=f"j{n}",
+                schedule={"cron": "* * * * *"},
+                misfire_policy="run_all",
+                misfire_grace_seconds=3600,
+            ),
+        )
+        for tenant in (alpha, beta)
+        for n in (1, 2)
+    ]
+    engine = new_engine(redis_client, clock, materialise_chunk=3)
+    clock.set(utc(2026, 6, 1, 12, 5, 10))  # slots 12:01 to 12:05 passed, none materialised
+    with connection.execute_wrapper(_statements(seen := [])):
+        while engine.materialise():
+            pass
+    assert (
+        len(
+            [
+                s
+                for s in seen
+                if "FOR UPDATE" in s and beta.schema_name in s and alpha.schema_name in s
+            ]
+        )
+        >= 1
+    )
+    for tenant, job in jobs:
+        slots = [r.scheduled_for for r in runs_of(tenant, job_id=job.id)]
+        assert slots == [utc(2026, 6, 1, 12, m) for m in range(1, 6)], (tenant.slug, job.name)
+        assert _score(redis_client, tenant, job) == utc(2026, 6, 1, 12, 6).timestamp()
+
+
+def test_grouping_stops_at_group_schemas_tenants(live, redis_client, monkeypatch):
+    """With GROUP_SCHEMAS = 1 every tenant has its own transaction: the bound holds."""
+    monkeypatch.setattr(materialise_step, "GROUP_SCHEMAS", 1)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    for tenant in (alpha, beta):
+        make_job(tenant, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    with connection.execute_wrapper(_statements(seen := [])):
+        assert engine.materialise() == 2
+    locks = [s for s in seen if "FOR UPDATE" in s]
+    assert len(locks) == 2 and all(
+        not (alpha.schema_name in s and beta.schema_name in s) for s in locks
+    )
+
+
+# --- the fire ------------------------------------------------------------------------------
+
+
+def test_small_tenants_runs_are_read_and_marked_queued_in_one_statement_each(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    for tenant in (alpha, beta):
+        make_job(tenant, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    engine.materialise()
+    clock.set(utc(2026, 6, 1, 12, 1))
+    with connection.execute_wrapper(_statements(seen := [])):
+        assert engine.fire().published == 2
+    both = [s for s in seen if alpha.schema_name in s and beta.schema_name in s]
+    assert len([s for s in both if "unnest" in s and "WITH ORDINALITY" in s]) == 1  # the read
+    assert len([s for s in both if "q0 AS" in s and "queued_at = now()" in s]) == 1  # the write
+    alone = [
+        s for s in seen if "runs_run" in s and (alpha.schema_name in s) != (beta.schema_name in s)
+    ]
+    assert alone == []  # no statement for one tenant's runs alone
+    for tenant in (alpha, beta):
+        assert [r.status for r in runs_of(tenant)] == [states.QUEUED]
+    assert {message_args(m)[0] for m in queued_messages(redis_client)} == {
+        alpha.schema_name,
+        beta.schema_name,
+    }
+
+
+def test_a_run_row_locked_elsewhere_costs_only_its_tenant_in_a_grouped_write(live, redis_client):
+    """A second session holds beta's run row locked past the fire's lock timeout (as a
+    stuck worker's claim): the grouped write fails, and the chunk again, each tenant on
+    its own, marks alpha's run queued; beta backs off, its message already out."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    for tenant in (alpha, beta):
+        make_job(tenant, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    engine.materialise()
+    clock.set(utc(2026, 6, 1, 12, 1))
+    [locked] = runs_of(beta)
+    other = other_connection()
+    try:
+        other.execute(
+            f'SELECT 1 FROM "{beta.schema_name}".runs_run WHERE id = %s FOR UPDATE', [locked.id]
+        )
+        stats = engine.fire()
+    finally:
+        other.rollback()
+        other.close()
+    assert stats.published == 2  # both messages went out before the writes
+    assert [r.status for r in runs_of(alpha)] == [states.QUEUED]
+    assert [r.status for r in runs_of(beta)] == [states.SCHEDULED]  # the relay's, later
+    assert [f["schema"] for f in engine.faults.report()] == [beta.schema_name]
+    assert {message_args(m)[0] for m in queued_messages(redis_client)} == {
+        alpha.schema_name,
+        beta.schema_name,
+    }

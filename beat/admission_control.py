@@ -7,7 +7,8 @@ queue, and the choice of what goes next is made as late as possible (ADR 0011).
   worker or a service reports ended (`tw:ended`), or the fire cancels (`replace`), is
   removed, and a tenant's set is replaced by a recount from PostgreSQL when it first has
   runs waiting, and again every `SCHEDULER_INFLIGHT_RECOUNT_SECONDS` while it has runs
-  waiting or in flight (those with nothing waiting a bounded number a second). Only this
+  waiting or in flight (a bounded number a fire of those waiting, the oldest count first,
+  and a bounded number a second of those with nothing waiting). Only this
   leader moves runs into flight (runs it passes for their job's state to decide while the
   tenant is at its quota take no slot: `decided_by_policy`), and workers only take them
   out, so the count is never below the truth: a lost report (a worker killed after its
@@ -323,7 +324,9 @@ class AdmissionControl:
             counted = self.in_flight.counted_at.get(tenant_id)
             if counted is None:
                 never.append(tenant_id)
-            elif now - counted >= self.config.recount_seconds:
+            elif now - counted >= self.config.recount_seconds and self.faults.allowed(tenant_id):
+                # (a tenant backing off would fail again and, never recounted, stay the
+                # oldest: a hundred of them would starve every healthy tenant's recount)
                 stale.append(tenant_id)
         oldest = heapq.nsmallest(
             STALE_RECOUNT_TENANTS, stale, key=lambda t: self.in_flight.counted_at[t]
@@ -381,7 +384,9 @@ class AdmissionControl:
     def _recount_one_by_one(self, chunk: list[tuple[int, str]], now: float) -> None:
         """A tenant that cannot be counted (its schema broken) is reported and admits
         nothing until it can; the others are counted on their own."""
-        for tenant_id, schema in chunk:
+        for n, (tenant_id, schema) in enumerate(chunk):
+            if n:
+                self.checkpoint()
             ran, rows = isolated(
                 self.faults, tenant_id, schema, lambda c=[(tenant_id, schema)]: recount(c)
             )

@@ -122,6 +122,7 @@ class Engine:
         self.faults = TenantFaults()
         self.runs = PendingRuns(shard_count=config.shard_count, origin=origin)
         self.materialise_interrupted = False
+        self.materialise_alone: set[int] = set()  # tenants kept out of grouped materialise
         self.fire_limited = False  # the last fire left admissible runs for the next call
         self.last_fire = FireStats()
         self.lag_log: list[float] | None = None  # benchmarks collect every publish lag here
@@ -289,7 +290,7 @@ class Engine:
 
     def verify_moved_many(self, moves: list[tuple[int, str, dict[int, float | None]]]) -> None:
         """`verify_moved` for several tenants at once (a grouped materialise)."""
-        put_back_schedulable_many(self.writes, moves)
+        put_back_schedulable_many(self.writes, moves, checkpoint=self.checkpoint)
 
     # --- fault isolation -------------------------------------------------------------------
     def defer_jobs(self, tenant_id: int, scores: dict[int, float]) -> None:

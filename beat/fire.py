@@ -273,7 +273,9 @@ def _read_publishable(
             by_key = {id(r): jobs for r, jobs in zip(allowed, found, strict=True)}
             return [by_key.get(id(r)) for r in reads]
     out: list[dict[int, store.PublishableJob] | None] = []
-    for (tenant_id, schema), part in reads:
+    for n, ((tenant_id, schema), part) in enumerate(reads):
+        if n:
+            engine.checkpoint()  # each read may wait out the lock timeout
         ran, jobs = isolated(
             engine.faults,
             tenant_id,

@@ -139,13 +139,16 @@ def _group_at(
     engine: Engine, tenants: list[tuple[int, Scores]], position: int, max_jobs: int
 ) -> list[tuple[int, str, Scores]]:
     """The small tenants from `position` on that one grouped transaction takes, in
-    order: each with at most GROUP_TENANT_JOBS due jobs, not backing off, still there."""
+    order: each with at most GROUP_TENANT_JOBS due jobs, not backing off, not in a group
+    that failed since it last succeeded alone, still there."""
     group: list[tuple[int, str, Scores]] = []
     jobs = 0
     for tenant_id, scores in tenants[position:]:
         if len(group) >= GROUP_SCHEMAS or len(scores) > GROUP_TENANT_JOBS:
             break
         if jobs + len(scores) > max_jobs or not engine.faults.allowed(tenant_id):
+            break
+        if tenant_id in engine.materialise_alone:
             break
         schema = engine.tenants.schema(tenant_id)
         if schema is None:
@@ -178,9 +181,11 @@ def _materialise_group(
             parts: list[store.Materialised] = []
             budget = max_runs
             for (_t, schema, scores), (rows, busy) in zip(group, locked, strict=True):
-                # At least one job each: a tenant past the budget plans its first job.
+                # Once the budget is spent, the tenants after plan nothing: their jobs go
+                # to transactions of their own. The group exceeds `max_runs` by at most
+                # one job's plan, as a tenant's own transaction does.
                 result, runs, cursors = _plan(
-                    engine, rows, busy, list(scores), now, horizon, max(budget, 1)
+                    engine, rows, busy, list(scores), now, horizon, max(budget, 0)
                 )
                 budget -= len(runs)
                 passes.append((result, runs))
@@ -196,7 +201,21 @@ def _materialise_group(
     except Exception as exc:
         if must_step_down(exc):
             raise
-        log.info("a grouped materialise failed (%s): its tenants one by one", exc)
+        # Its tenants go one by one, and join no group again until each has succeeded on
+        # its own: a broken tenant would otherwise fail a group every time its back-off
+        # ends (or at each call, when a due run cuts the fallback short).
+        engine.materialise_alone.update(tenant_id for tenant_id, _s, _j in group)
+        log_event(
+            log,
+            "leader.group_failed",
+            "a grouped materialise of %s tenants failed (%s: %s): each on its own",
+            len(group),
+            exc.__class__.__name__,
+            (str(exc).splitlines() or [""])[0][:200],
+            level=logging.WARNING,
+            tenants=len(group),
+            error=exc.__class__.__name__,
+        )
         left = [(tenant_id, scores) for tenant_id, _schema, scores in group]
         return 0, left
     for tenant_id, _schema, _scores in group:
@@ -240,6 +259,7 @@ def _materialise_tenant(
     if not ran:
         engine.defer_jobs(tenant_id, scores)
         return []
+    engine.materialise_alone.discard(tenant_id)
     _after_commit(engine, tenant_id, schema, scores, result)
     return result.left
 

@@ -404,10 +404,13 @@ def put_back_schedulable(
 
 
 def put_back_schedulable_many(
-    writes: FencedRedis, moves: list[tuple[int, str, dict[int, float | None]]]
+    writes: FencedRedis,
+    moves: list[tuple[int, str, dict[int, float | None]]],
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> None:
     """`put_back_schedulable` for several tenants: one read for all of them, and, if that
-    fails (one tenant's schema broken), one read each."""
+    fails (one tenant's schema broken), one read each, renewing the lease (`checkpoint`)
+    between them."""
     try:
         with connection.cursor() as cursor:
             found = store.job_states_of_schemas(cursor, [(s, list(m)) for _t, s, m in moves])
@@ -417,6 +420,7 @@ def put_back_schedulable_many(
         if len(moves) == 1:
             return  # the reconciliation sweep puts them back once the tenant can be read
         for move in moves:
+            checkpoint()
             put_back_schedulable_many(writes, [move])
         return
     back = {

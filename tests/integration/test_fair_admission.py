@@ -605,6 +605,42 @@ def test_the_recount_of_waiting_tenants_is_bounded_oldest_first(
     assert [message_args(m)[0] for m in queued_messages(redis_client)] == [beta.schema_name]
 
 
+def test_a_tenant_that_cannot_be_recounted_does_not_take_the_healthy_ones_turn(
+    live, redis_client, limits, monkeypatch
+):
+    """A tenant whose recount fails keeps its old count, so it stays the oldest: had it
+    kept its place among the STALE_RECOUNT_TENANTS, a hundred such tenants would starve
+    every healthy tenant's recount (found by a review). While it backs off it is left out."""
+    from beat import admission_control
+
+    monkeypatch.setattr(admission_control, "STALE_RECOUNT_TENANTS", 1)
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    for tenant in (alpha, beta):
+        limits(tenant, max_concurrency=1)
+    engine = _engine(redis_client, clock, recount_seconds=5)
+    ticks = [0.0]
+    engine.faults._now = lambda: ticks[0]  # the back-off's clock, controlled here
+    for tenant in (alpha, beta):  # alpha's count the older
+        job = make_job(tenant, clock, name=f"held-{tenant.slug}", schedule=None, target=NOOP)
+        _trigger(tenant, clock, job, 2)
+        _cycle(engine, clock)
+        _execute(_take_messages(redis_client), clock)
+        redis_client.delete(ended_key())  # the worker died before its report reached Redis
+        clock.advance(1)
+    clock.advance(5)
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{alpha.schema_name}".runs_run RENAME TO runs_run_gone')
+    try:
+        _cycle(engine, clock)  # alpha's recount fails: it backs off
+        assert not engine.faults.allowed(alpha.id)
+        _cycle(engine, clock)
+        assert [message_args(m)[0] for m in queued_messages(redis_client)] == [beta.schema_name]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{alpha.schema_name}".runs_run_gone RENAME TO runs_run')
+
+
 def test_counting_many_tenants_for_the_first_time_renews_the_lease_between_statements(
     live, redis_client, monkeypatch
 ):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.db import connection
 
 from beat import materialise as materialise_step
+from beat import store
 from core import index
 from core.clock import FakeClock
 from core.keys import index_key
@@ -92,6 +93,47 @@ def test_a_tenant_whose_tables_vanished_costs_only_itself_in_a_group(live, redis
     assert _score(redis_client, alpha, good) == utc(2026, 6, 1, 12, 2).timestamp()
 
 
+def test_the_tenants_of_a_failed_group_join_no_group_until_they_succeed_alone(live, redis_client):
+    """A broken tenant would fail its group every time its back-off ended: after a
+    failure each tenant goes alone until it has succeeded alone once."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    good = make_job(alpha, clock, schedule={"cron": "* * * * *"})
+    broken = make_job(beta, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    ticks = [0.0]
+    engine.faults._now = lambda: ticks[0]  # the back-off's clock, controlled here
+
+    def both_due() -> None:  # (beta's entry was moved out of the way; alpha's moved on)
+        redis_client.zadd(
+            index_key(),
+            {index.member(alpha.id, good.id): 0, index.member(beta.id, broken.id): 0},
+            xx=True,
+        )
+
+    clock.set(utc(2026, 6, 1, 12, 0, 45))
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run RENAME TO runs_run_gone')
+    try:
+        engine.materialise()
+        assert engine.materialise_alone == {beta.id}  # alpha succeeded alone since
+        ticks[0] += 3600  # beta's back-off is over; its table is still gone
+        both_due()
+        with connection.execute_wrapper(_statements(seen := [])):
+            engine.materialise()
+        locks = [s for s in seen if "FOR UPDATE" in s]
+        assert locks and all(not (alpha.schema_name in s and beta.schema_name in s) for s in locks)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{beta.schema_name}".runs_run_gone RENAME TO runs_run')
+    ticks[0] += 3600
+    both_due()
+    engine.materialise()
+    assert engine.materialise_alone == set()
+    assert [r.scheduled_for for r in runs_of(beta)] == [utc(2026, 6, 1, 12, 1)]
+    assert [r.scheduled_for for r in runs_of(alpha)] == [utc(2026, 6, 1, 12, 1)]
+
+
 def test_a_job_an_edit_holds_waits_while_the_rest_of_its_group_is_materialised(live, redis_client):
     """A second PostgreSQL session holds beta's job row locked (as an edit in progress):
     the grouped lock skips it, and once it is released the next pass plans it."""
@@ -120,7 +162,7 @@ def test_a_job_an_edit_holds_waits_while_the_rest_of_its_group_is_materialised(l
     ]
 
 
-def test_a_catch_up_past_the_group_budget_plans_every_slot_once(live, redis_client):
+def test_a_catch_up_past_the_group_budget_plans_every_slot_once(live, redis_client, monkeypatch):
     """Jobs 5 slots behind with `run_all`, 2 per tenant, a budget of 3 runs per
     transaction: the group plans what fits, the rest go in transactions of their own, and
     every missed slot has exactly one run."""
@@ -143,9 +185,19 @@ def test_a_catch_up_past_the_group_budget_plans_every_slot_once(live, redis_clie
     ]
     engine = new_engine(redis_client, clock, materialise_chunk=3)
     clock.set(utc(2026, 6, 1, 12, 5, 10))  # slots 12:01 to 12:05 passed, none materialised
+    written: list[int] = []  # runs per grouped write
+    original = store.write_materialised
+
+    def counted(cursor, parts):
+        written.append(sum(len(p.runs) for p in parts))
+        return original(cursor, parts)
+
+    monkeypatch.setattr(store, "write_materialised", counted)
     with connection.execute_wrapper(_statements(seen := [])):
         while engine.materialise():
             pass
+    # The budget (3) is exceeded by one job's plan (5 runs) at most, as alone.
+    assert written and max(written) <= 3 - 1 + 5, written
     assert (
         len(
             [

@@ -576,6 +576,18 @@ def test_the_recount_of_tenants_with_nothing_waiting_is_bounded(live, redis_clie
     assert _leader_counts(engine, clock, beta) == 0
 
 
+def _hold_a_slot_each(engine, redis_client, clock, tenants) -> None:
+    """Each tenant (quota 1) runs one of two runs and loses its end report, so its count
+    holds the slot and its second run waits; each count a second younger than the last."""
+    for tenant in tenants:
+        job = make_job(tenant, clock, name=f"held-{tenant.slug}", schedule=None, target=NOOP)
+        _trigger(tenant, clock, job, 2)
+        _cycle(engine, clock)
+        _execute(_take_messages(redis_client), clock)
+        redis_client.delete(ended_key())  # the worker died before its report reached Redis
+        clock.advance(1)
+
+
 def test_the_recount_of_waiting_tenants_is_bounded_oldest_first(
     live, redis_client, limits, monkeypatch
 ):
@@ -590,13 +602,7 @@ def test_the_recount_of_waiting_tenants_is_bounded_oldest_first(
     for tenant in (alpha, beta):
         limits(tenant, max_concurrency=1)
     engine = _engine(redis_client, clock, recount_seconds=5)
-    for tenant in (alpha, beta):  # beta's count a second younger than alpha's
-        job = make_job(tenant, clock, name=f"held-{tenant.slug}", schedule=None, target=NOOP)
-        _trigger(tenant, clock, job, 2)
-        _cycle(engine, clock)
-        _execute(_take_messages(redis_client), clock)
-        redis_client.delete(ended_key())  # the worker died before its report reached Redis
-        clock.advance(1)
+    _hold_a_slot_each(engine, redis_client, clock, (alpha, beta))  # alpha's count older
     clock.advance(5)  # both counts are stale; each tenant still counts its ended run
     _cycle(engine, clock)
     assert [message_args(m)[0] for m in queued_messages(redis_client)] == [alpha.schema_name]
@@ -621,13 +627,7 @@ def test_a_tenant_that_cannot_be_recounted_does_not_take_the_healthy_ones_turn(
     engine = _engine(redis_client, clock, recount_seconds=5)
     ticks = [0.0]
     engine.faults._now = lambda: ticks[0]  # the back-off's clock, controlled here
-    for tenant in (alpha, beta):  # alpha's count the older
-        job = make_job(tenant, clock, name=f"held-{tenant.slug}", schedule=None, target=NOOP)
-        _trigger(tenant, clock, job, 2)
-        _cycle(engine, clock)
-        _execute(_take_messages(redis_client), clock)
-        redis_client.delete(ended_key())  # the worker died before its report reached Redis
-        clock.advance(1)
+    _hold_a_slot_each(engine, redis_client, clock, (alpha, beta))
     clock.advance(5)
     with connection.cursor() as cursor:
         cursor.execute(f'ALTER TABLE "{alpha.schema_name}".runs_run RENAME TO runs_run_gone')

@@ -234,15 +234,21 @@ def test_grouping_stops_at_group_schemas_tenants(live, redis_client, monkeypatch
 # --- the fire ------------------------------------------------------------------------------
 
 
-def test_small_tenants_runs_are_read_and_marked_queued_in_one_statement_each(live, redis_client):
-    alpha, beta = live["alpha"].tenant, live["beta"].tenant
-    clock = FakeClock(START)
-    for tenant in (alpha, beta):
+def _one_run_each_due(redis_client, clock, tenants):
+    """A job a minute for each tenant, its 12:01 run materialised; the clock at 12:01."""
+    for tenant in tenants:
         make_job(tenant, clock, schedule={"cron": "* * * * *"})
     engine = new_engine(redis_client, clock)
     clock.set(utc(2026, 6, 1, 12, 0, 45))
     engine.materialise()
     clock.set(utc(2026, 6, 1, 12, 1))
+    return engine
+
+
+def test_small_tenants_runs_are_read_and_marked_queued_in_one_statement_each(live, redis_client):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    engine = _one_run_each_due(redis_client, clock, (alpha, beta))
     with connection.execute_wrapper(_statements(seen := [])):
         assert engine.fire().published == 2
     both = [s for s in seen if alpha.schema_name in s and beta.schema_name in s]
@@ -266,12 +272,7 @@ def test_a_run_row_locked_elsewhere_costs_only_its_tenant_in_a_grouped_write(liv
     its own, marks alpha's run queued; beta backs off, its message already out."""
     alpha, beta = live["alpha"].tenant, live["beta"].tenant
     clock = FakeClock(START)
-    for tenant in (alpha, beta):
-        make_job(tenant, clock, schedule={"cron": "* * * * *"})
-    engine = new_engine(redis_client, clock)
-    clock.set(utc(2026, 6, 1, 12, 0, 45))
-    engine.materialise()
-    clock.set(utc(2026, 6, 1, 12, 1))
+    engine = _one_run_each_due(redis_client, clock, (alpha, beta))
     [locked] = runs_of(beta)
     other = other_connection()
     try:

@@ -41,7 +41,7 @@ from psycopg import sql
 
 from core.broker import amqp_queue_names, is_amqp, queue_depths
 from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
-from core.sql import table
+from core.sql import table, tagged_union
 from runs.status_sql import STATUS
 
 from .fair_share import FairQueue
@@ -446,11 +446,8 @@ def _job_rows(schema: str, job_ids: list[int]) -> dict:
 
 def recount(chunk: list[tuple[int, str]]) -> dict[int, list[tuple[str, int]]]:
     """(run id, attempt) of every queued or running run of each tenant, in one statement."""
-    query = sql.SQL(" UNION ALL ").join(
-        sql.SQL("(SELECT {tenant}::bigint, q.* FROM ({q}) q)").format(
-            tenant=sql.Literal(tenant_id),
-            q=sql.SQL(_ACTIVE_SQL).format(runs=table(schema, "runs_run"), **STATUS),
-        )
+    query = tagged_union(
+        (tenant_id, sql.SQL(_ACTIVE_SQL).format(runs=table(schema, "runs_run"), **STATUS))
         for tenant_id, schema in chunk
     )
     out: dict[int, list[tuple[str, int]]] = defaultdict(list)

@@ -19,7 +19,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from core.failpoints import freeze_in_fence
 from core.keys import partition_count
 from core.partitions import lease_row_id
-from core.sql import pg_array, table, uuid_array
+from core.sql import pg_array, table, tagged_union, uuid_array
 from jobs.indexing import SCHEDULABLE
 from runs import status_sql
 from runs.status_sql import STATUS
@@ -247,12 +247,7 @@ def job_states_of_schemas(
     cursor, wanted: list[tuple[str, list[int]]]
 ) -> list[dict[int, tuple[bool, datetime | None]]]:
     """`job_states` of several schemas in one statement, in the order of `wanted`."""
-    query = sql.SQL(" UNION ALL ").join(
-        sql.SQL("(SELECT {n}, q.* FROM ({query}) q)").format(
-            n=sql.SQL(str(n)), query=_job_states_sql(schema)
-        )
-        for n, (schema, _ids) in enumerate(wanted)
-    )
+    query = tagged_union((n, _job_states_sql(schema)) for n, (schema, _ids) in enumerate(wanted))
     fast_times(cursor).execute(query, [pg_array(ids) for _schema, ids in wanted])
     states: list[dict[int, tuple[bool, datetime | None]]] = [{} for _ in wanted]
     for n, job_id, ok, at in cursor.fetchall():
@@ -503,12 +498,7 @@ def publishable_runs_of_schemas(
     """`publishable_runs` of several schemas in ONE statement, in the order of `wanted`:
     with thousands of tenants of a run or two each, a round trip per tenant (and a
     savepoint around each) was most of the fire."""
-    query = sql.SQL(" UNION ALL ").join(
-        sql.SQL("(SELECT {n}, q.* FROM ({query}) q)").format(
-            n=sql.SQL(str(n)), query=_publishable_sql(schema)
-        )
-        for n, (schema, _ids) in enumerate(wanted)
-    )
+    query = tagged_union((n, _publishable_sql(schema)) for n, (schema, _ids) in enumerate(wanted))
     cursor.execute(query, [uuid_array(ids) for _schema, ids in wanted])
     found: list[dict[int, PublishableJob]] = [{} for _ in wanted]
     for n, position, *job in cursor.fetchall():

@@ -37,7 +37,7 @@ from psycopg import sql
 
 from core import index
 from core.logs import log_event
-from core.sql import table
+from core.sql import table, tagged_union
 from jobs.indexing import mark_indexed
 from runs.dags import dag_settle, to_settle_query
 from runs.status_sql import STATUS
@@ -160,12 +160,7 @@ def _work_chunk(engine: Engine, chunk: Tenants, work: Callable[[Tenants], int]) 
 
 def _union(chunk: Tenants, query: Callable[[str], sql.Composable]) -> sql.Composed:
     """One statement reading every tenant of the chunk; each row starts with its tenant."""
-    return sql.SQL(" UNION ALL ").join(
-        sql.SQL("(SELECT {tenant}::bigint, q.* FROM ({query}) q)").format(
-            tenant=sql.Literal(tenant_id), query=query(schema)
-        )
-        for tenant_id, schema in chunk
-    )
+    return tagged_union((tenant_id, query(schema)) for tenant_id, schema in chunk)
 
 
 def rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]]:

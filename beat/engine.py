@@ -39,7 +39,7 @@ from .amqp_writes import leader_writes
 from .faults import TenantFaults, isolated
 from .fenced import Cas, FencedRedis
 from .pending import Pending, PendingRuns
-from .rebuild import IndexRebuild, put_back_schedulable, put_back_schedulable_many
+from .rebuild import IndexRebuild, put_back_schedulable_many
 from .retention import Retention
 from .tenant_directory import TenantDirectory
 
@@ -284,12 +284,9 @@ class Engine:
             return True
         return self.rebuild.waiting
 
-    def verify_moved(self, tenant_id: int, schema: str, moved: dict[int, float | None]) -> None:
-        """After the leader's compare-and-set moves: put back what an edit made earlier."""
-        put_back_schedulable(self.writes, tenant_id, schema, moved)
-
-    def verify_moved_many(self, moves: list[tuple[int, str, dict[int, float | None]]]) -> None:
-        """`verify_moved` for several tenants at once (a grouped materialise)."""
+    def verify_moved(self, moves: list[tuple[int, str, dict[int, float | None]]]) -> None:
+        """After the leader's compare-and-set moves, of one tenant or of a grouped
+        materialise's several: put back what an edit made earlier."""
         put_back_schedulable_many(self.writes, moves, checkpoint=self.checkpoint)
 
     # --- fault isolation -------------------------------------------------------------------

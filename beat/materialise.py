@@ -16,6 +16,7 @@ entries moved out of the way so that they do not hide other tenants' due jobs.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ class TenantPass:
 
 # Tenants with at most GROUP_TENANT_JOBS due jobs are materialised together, up to
 # GROUP_SCHEMAS of them (and `materialise_chunk` jobs) in one fenced transaction of four
-# statements: with 10,000 tenants of a job each, a transaction of six round trips per
+# statements: with 10,000 tenants of a job each, a transaction of about seven round trips per
 # tenant was most of the leader's time. A transaction holds a lock on every table and
 # index it writes (about 25 a schema) until it commits: 25 schemas stay far below
 # PostgreSQL's shared lock table, as the sweeps' chunks do.
@@ -143,7 +144,7 @@ def _group_at(
     that failed since it last succeeded alone, still there."""
     group: list[tuple[int, str, Scores]] = []
     jobs = 0
-    for tenant_id, scores in tenants[position:]:
+    for tenant_id, scores in itertools.islice(tenants, position, None):
         if len(group) >= GROUP_SCHEMAS or len(scores) > GROUP_TENANT_JOBS:
             break
         if jobs + len(scores) > max_jobs or not engine.faults.allowed(tenant_id):
@@ -411,7 +412,7 @@ def _after_commit_many(engine: Engine, passes: list[tuple[int, str, Scores, Tena
             moved[tenant_id][int(change.member.split(":")[1])] = change.new
     if moved:
         schemas = {tenant_id: schema for tenant_id, schema, _s, _r in passes}
-        engine.verify_moved_many([(t, schemas[t], m) for t, m in moved.items()])
+        engine.verify_moved([(t, schemas[t], m) for t, m in moved.items()])
     for tenant_id, schema, _scores, result in passes:
         for job_id, (code, detail) in result.parked.items():
             log_event(

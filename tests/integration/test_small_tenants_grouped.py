@@ -134,6 +134,39 @@ def test_the_tenants_of_a_failed_group_join_no_group_until_they_succeed_alone(li
     assert [r.scheduled_for for r in runs_of(alpha)] == [utc(2026, 6, 1, 12, 1)]
 
 
+def test_a_grouped_re_read_that_fails_for_one_tenant_still_puts_back_the_others(live, redis_client):
+    """After a group's compare-and-set, one read checks every moved job against its row
+    (ADR 0008). If that read fails because one tenant's table is gone, each tenant is read
+    on its own (the lease renewed between them): alpha's job, whose row says earlier than
+    its new score, is still put back."""
+    from beat.rebuild import put_back_schedulable_many
+
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    edited = make_job(alpha, clock, schedule={"cron": "* * * * *"})  # row: 12:01
+    other = make_job(beta, clock, schedule={"cron": "* * * * *"})
+    engine = new_engine(redis_client, clock)
+    later = utc(2026, 6, 1, 12, 5).timestamp()  # the move, later than alpha's row
+    redis_client.zadd(index_key(), {index.member(alpha.id, edited.id): later})
+    renewals: list[str] = []
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{beta.schema_name}".jobs_job RENAME TO jobs_job_gone')
+    try:
+        put_back_schedulable_many(
+            engine.writes,
+            [
+                (alpha.id, alpha.schema_name, {edited.id: later}),
+                (beta.id, beta.schema_name, {other.id: later}),
+            ],
+            checkpoint=lambda: renewals.append("renewed"),
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{beta.schema_name}".jobs_job_gone RENAME TO jobs_job')
+    assert _score(redis_client, alpha, edited) == utc(2026, 6, 1, 12, 1).timestamp()
+    assert renewals == ["renewed", "renewed"]
+
+
 def test_a_job_an_edit_holds_waits_while_the_rest_of_its_group_is_materialised(live, redis_client):
     """A second PostgreSQL session holds beta's job row locked (as an edit in progress):
     the grouped lock skips it, and once it is released the next pass plans it."""

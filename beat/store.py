@@ -198,6 +198,18 @@ def lock_jobs_of_schemas(
     """`lock_jobs` for several schemas in ONE statement (a data-reading CTE per schema,
     each locking its rows): with thousands of tenants of a job or two each, a round trip
     per tenant was most of the leader's time. In the order of `wanted`."""
+    fast_times(cursor).execute(*lock_jobs_of_schemas_sql(wanted))
+    rows: list[list[JobRow]] = [[] for _ in wanted]
+    for n, *row in cursor.fetchall():
+        rows[n].append(JobRow(*row))
+    return [
+        (rows[n], _busy(cursor, schema, ids, rows[n])) for n, (schema, ids) in enumerate(wanted)
+    ]
+
+
+def lock_jobs_of_schemas_sql(wanted: list[tuple[str, list[int]]]) -> tuple[sql.Composed, list]:
+    """The statement and parameters of `lock_jobs_of_schemas` (`make bench ARGS=
+    "schema-statements"` explains it)."""
     ctes = sql.SQL(", ").join(
         sql.SQL("l{n} AS ({query})").format(n=sql.SQL(str(n)), query=_lock_query(schema))
         for n, (schema, _ids) in enumerate(wanted)
@@ -206,16 +218,8 @@ def lock_jobs_of_schemas(
         sql.SQL("SELECT {n}, l{n}.* FROM l{n}").format(n=sql.SQL(str(n)))
         for n in range(len(wanted))
     )
-    fast_times(cursor).execute(
-        sql.SQL("WITH {ctes} {reads}").format(ctes=ctes, reads=reads),
-        [pg_array(ids) for _schema, ids in wanted],
-    )
-    rows: list[list[JobRow]] = [[] for _ in wanted]
-    for n, *row in cursor.fetchall():
-        rows[n].append(JobRow(*row))
-    return [
-        (rows[n], _busy(cursor, schema, ids, rows[n])) for n, (schema, ids) in enumerate(wanted)
-    ]
+    query = sql.SQL("WITH {ctes} {reads}").format(ctes=ctes, reads=reads)
+    return query, [pg_array(ids) for _schema, ids in wanted]
 
 
 def _busy(cursor, schema: str, job_ids: list[int], rows: list[JobRow]) -> set[int]:

@@ -175,17 +175,19 @@ def rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]
 # --- relay -------------------------------------------------------------------------------
 
 
+def any_waiting_query(schema: str) -> sql.Composable:
+    """Whether the schema has waiting runs due by the parameter: the relay's check."""
+    return sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status IN {waiting} AND due_at <= %s)"
+    ).format(runs=table(schema, "runs_run"), **STATUS)
+
+
 def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
     """Waiting runs due by `until` that the leader does not hold: first one cheap check
     for the whole chunk (usually: none anywhere), then the runs of the tenants that have
     some."""
 
-    def any_waiting(schema: str) -> sql.Composable:
-        return sql.SQL(
-            "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status IN {waiting} AND due_at <= %s)"
-        ).format(runs=table(schema, "runs_run"), **STATUS)
-
-    waiting = rows_by_tenant(chunk, any_waiting, [until])
+    waiting = rows_by_tenant(chunk, any_waiting_query, [until])
     flagged = [(t, s) for t, s in chunk if waiting.get(t, [(False,)])[0][0]]
     added: dict[str, int] = {}
     now = engine.clock.now()

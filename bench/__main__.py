@@ -93,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     prov.add_argument("--threads", default="1,4")
     prov.add_argument("--samples", type=int, default=5, help="schemas built by each path")
     prov.add_argument("--keep", action="store_true", help="keep the tenants (bench-p-*)")
+    stmts = sub.add_parser(
+        "schema-statements", help="PostgreSQL's cost of one leader statement over N schemas"
+    )
+    stmts.add_argument("--schemas", type=int, default=25, help="schemas per statement")
+    stmts.add_argument("--repeats", type=int, default=5)
+    stmts.add_argument("--tenants", type=int, default=100, help="bench-m tenants at least")
     upgrade = sub.add_parser("tenant-upgrade", help="a migration across many tenant schemas")
     upgrade.add_argument("--schemas", type=int, default=200)
     upgrade.add_argument("--processes", type=int, default=2)
@@ -199,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.bench == "provisioning":
         threads = tuple(int(n) for n in args.threads.split(","))
         result = provisioning.run(args.count, threads, args.samples, keep=args.keep)
+    elif args.bench == "schema-statements":
+        from . import schema_statements
+
+        result = schema_statements.run(args.schemas, args.repeats, args.tenants)
     elif args.bench == "tenant-upgrade":
         result = tenant_upgrade.run(args.schemas, args.processes, args.skip_checks)
     elif args.bench == "metrics-scrape":
@@ -239,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "provisioning": lambda: provisioning.run(10, (1, 2), samples=1),
             "tenant_upgrade": lambda: tenant_upgrade.run(20, processes=2),
+            "schema_statements": lambda: _schema_statements(schemas=2, repeats=1, tenants=6),
             "metrics_scrape": lambda: metrics_scrape.run(50, repeats=2),
             "portal_pages": lambda: portal_pages.run(2000, 20_000, repeats=3),
             "dag": lambda: dag.run(30, repeats=1, timeout=120),
@@ -256,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, default=str))
     return 0
+
+
+def _schema_statements(**options) -> dict:
+    from . import schema_statements
+
+    return schema_statements.run(**options)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""What one leader statement over a chunk of tenant schemas costs: the grouped job lock of
+a materialise (`store.lock_jobs_of_schemas`), the same without its correlated read of the
+jobs' exclusion calendars, and the relay sweep's check of a chunk
+(`sweeps.any_waiting_query`). Each is timed through Django as the leader runs it, cold
+(the first statement of a fresh session over schemas it has not touched: their catalog
+entries are loaded) and warm (the median of `repeats` more); the lock is explained
+(PostgreSQL's planning and execution time), and the Python that composes it is timed on
+its own.
+
+It reads the `bench-m-*` tenants (`make bench ARGS="many-tenants --keep"` leaves 10,000;
+the missing ones are provisioned), one slice of `schemas` tenants per statement, so that
+each cold figure is of schemas the session has never read. The locks are rolled back.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from psycopg import sql
+
+from beat import store, sweeps
+from core.sql import pg_array, table
+
+from .tenant_upgrade import bench_m_tenants
+
+
+def _lock_without_calendars(wanted: list[tuple[str, list[int]]]) -> tuple[sql.Composed, list]:
+    """`store.lock_jobs_of_schemas`'s statement without the calendars subquery."""
+    cols = sql.SQL(", ").join(sql.SQL("j.{}").format(sql.Identifier(c)) for c in store.JOB_COLUMNS)
+    ctes = sql.SQL(", ").join(
+        sql.SQL(
+            "l{n} AS (SELECT {cols} FROM {jobs} j WHERE j.id = ANY(%s::bigint[]) "
+            "FOR UPDATE OF j SKIP LOCKED)"
+        ).format(n=sql.SQL(str(n)), cols=cols, jobs=table(schema, "jobs_job"))
+        for n, (schema, _ids) in enumerate(wanted)
+    )
+    reads = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT {n}, l{n}.id FROM l{n}").format(n=sql.SQL(str(n)))
+        for n in range(len(wanted))
+    )
+    return sql.SQL("WITH {} {}").format(ctes, reads), [pg_array(ids) for _s, ids in wanted]
+
+
+def _job_ids(schemas: list[str]) -> list[tuple[str, list[int]]]:
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {s}, min(id) FROM {jobs})").format(
+            s=sql.Literal(s), jobs=table(s, "jobs_job")
+        )
+        for s in schemas
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        return [(s, [i] if i is not None else []) for s, i in cursor.fetchall()]
+
+
+def _timed(run, repeats: int) -> dict:
+    """Cold: the first call in a fresh session; warm: the median of `repeats` more."""
+    connection.close()
+    times = []
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        with transaction.atomic():
+            run()
+            transaction.set_rollback(True)
+        times.append(time.perf_counter() - started)
+    return {
+        "cold_ms": round(times[0] * 1000, 1),
+        "warm_ms_p50": round(statistics.median(times[1:]) * 1000, 2),
+    }
+
+
+def _explained(wanted: list[tuple[str, list[int]]]) -> dict:
+    """Planning and execution of the grouped lock, warm (the schemas read just before)."""
+    query, params = store.lock_jobs_of_schemas_sql(wanted)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(query, params)
+        cursor.execute(sql.SQL("EXPLAIN (ANALYZE, TIMING OFF, SUMMARY ON) ") + query, params)
+        text = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    found = dict(re.findall(r"(Planning|Execution) Time: ([\d.]+) ms", text))
+    return {"planning_ms": float(found["Planning"]), "execution_ms": float(found["Execution"])}
+
+
+def _composed(wanted: list[tuple[str, list[int]]], repeats: int) -> float:
+    """The leader's Python part: composing the grouped lock and rendering it to bytes."""
+    cursor = connection.cursor().cursor
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        query, _params = store.lock_jobs_of_schemas_sql(wanted)
+        query.as_bytes(cursor)
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def run(schemas: int = 25, repeats: int = 5, tenants: int = 100) -> dict:
+    # As in production: Django's debug cursor formats every statement it runs (`make
+    # bench` sets DEBUG), a large part of the time of one this big.
+    debug, settings.DEBUG = settings.DEBUG, False
+    try:
+        return _run(schemas, repeats, tenants)
+    finally:
+        settings.DEBUG = debug
+
+
+def _run(schemas: int, repeats: int, tenants: int) -> dict:
+    count = max(tenants, 3 * schemas)
+    all_tenants, made = bench_m_tenants(count)
+    names = [t.schema_name for t in all_tenants]
+    slices = [names[n * schemas : (n + 1) * schemas] for n in range(3)]
+    locks, bare = (_job_ids(s) for s in slices[:2])
+    now = datetime.now(UTC)
+    chunk = [(n, s) for n, s in enumerate(slices[2])]
+    result = {
+        "schemas_per_statement": schemas,
+        "tenants_read": len(names),
+        "provisioning": made,
+        "lock": _timed(lambda: store.lock_jobs_of_schemas(connection.cursor(), locks), repeats),
+        "lock_without_calendars": _timed(
+            lambda: connection.cursor().execute(*_lock_without_calendars(bare)), repeats
+        ),
+        "relay_check": _timed(
+            lambda: sweeps.rows_by_tenant(chunk, sweeps.any_waiting_query, [now]), repeats
+        ),
+    }
+    result["lock_explained"] = _explained(locks)
+    result["lock_composed_ms_p50"] = _composed(locks, repeats)
+    print(result, flush=True)
+    return result

@@ -299,6 +299,37 @@ def test_small_tenants_runs_are_read_and_marked_queued_in_one_statement_each(liv
     }
 
 
+def test_a_failed_grouped_read_reads_each_tenant_alone_renewing_the_lease_between(
+    live, redis_client, monkeypatch
+):
+    """Beta's jobs table is gone (the read joins it; the recount does not): the grouped
+    read fails, and each tenant's read goes on its own, each of which may wait out the
+    lock timeout, so the lease is renewed between them."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    engine = _one_run_each_due(redis_client, clock, (alpha, beta))
+    calls: list[str] = []
+    original = store.publishable_runs
+
+    def read(cursor, schema, run_ids):
+        calls.append(schema)
+        return original(cursor, schema, run_ids)
+
+    monkeypatch.setattr(store, "publishable_runs", read)
+    engine.checkpoint = lambda: calls.append("renewed")
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{beta.schema_name}".jobs_job RENAME TO jobs_job_gone')
+    try:
+        stats = engine.fire()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{beta.schema_name}".jobs_job_gone RENAME TO jobs_job')
+    reads = [n for n, c in enumerate(calls) if c != "renewed"]
+    assert [calls[n] for n in reads[:2]] == [alpha.schema_name, beta.schema_name]
+    assert "renewed" in calls[reads[0] : reads[1]]
+    assert stats.published == 1 and not engine.faults.allowed(beta.id)
+
+
 def test_a_run_row_locked_elsewhere_costs_only_its_tenant_in_a_grouped_write(live, redis_client):
     """A second session holds beta's run row locked past the fire's lock timeout (as a
     stuck worker's claim): the grouped write fails, and the chunk again, each tenant on

@@ -41,7 +41,7 @@ from psycopg import sql
 
 from core.broker import amqp_queue_names, is_amqp, queue_depths
 from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
-from core.sql import table, tagged_union
+from core.sql import per_schema, table, tagged_union
 from runs.status_sql import STATUS
 
 from .fair_share import FairQueue
@@ -444,12 +444,14 @@ def _job_rows(schema: str, job_ids: list[int]) -> dict:
         return job_admission_rows(cursor, schema, job_ids)
 
 
+@per_schema
+def _active_runs_sql(schema: str) -> sql.Composable:
+    return sql.SQL(_ACTIVE_SQL).format(runs=table(schema, "runs_run"), **STATUS)
+
+
 def recount(chunk: list[tuple[int, str]]) -> dict[int, list[tuple[str, int]]]:
     """(run id, attempt) of every queued or running run of each tenant, in one statement."""
-    query = tagged_union(
-        (tenant_id, sql.SQL(_ACTIVE_SQL).format(runs=table(schema, "runs_run"), **STATUS))
-        for tenant_id, schema in chunk
-    )
+    query = tagged_union((tenant_id, _active_runs_sql(schema)) for tenant_id, schema in chunk)
     out: dict[int, list[tuple[str, int]]] = defaultdict(list)
     with connection.cursor() as cursor:
         cursor.execute(query)

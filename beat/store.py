@@ -19,7 +19,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from core.failpoints import freeze_in_fence
 from core.keys import partition_count
 from core.partitions import lease_row_id
-from core.sql import pg_array, table, tagged_union, uuid_array
+from core.sql import per_schema, pg_array, table, tagged_union, uuid_array
 from jobs.indexing import SCHEDULABLE
 from runs import status_sql
 from runs.status_sql import STATUS
@@ -166,7 +166,8 @@ class JobRow:
         )
 
 
-def _lock_query(schema: str) -> sql.Composed:
+@per_schema
+def _lock_query(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         SELECT {cols},
@@ -222,19 +223,24 @@ def lock_jobs_of_schemas_sql(wanted: list[tuple[str, list[int]]]) -> tuple[sql.C
     return query, [pg_array(ids) for _schema, ids in wanted]
 
 
+@per_schema
+def _existing_jobs_sql(schema: str) -> sql.Composable:
+    return sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::bigint[])").format(
+        table(schema, "jobs_job")
+    )
+
+
 def _busy(cursor, schema: str, job_ids: list[int], rows: list[JobRow]) -> set[int]:
     """The wanted jobs not locked that still exist: an edit holds them."""
     missing = set(job_ids) - {row.id for row in rows}
     if not missing:
         return set()
-    exists = sql.SQL("SELECT id FROM {} WHERE id = ANY(%s::bigint[])").format(
-        table(schema, "jobs_job")
-    )
-    cursor.execute(exists, [pg_array(sorted(missing))])
+    cursor.execute(_existing_jobs_sql(schema), [pg_array(sorted(missing))])
     return {row[0] for row in cursor.fetchall()}
 
 
-def _job_states_sql(schema: str) -> sql.Composed:
+@per_schema
+def _job_states_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         f"SELECT id, ({SCHEDULABLE}) AND schedule_kind <> 'none', next_run_at FROM {{}} "
         "WHERE id = ANY(%s::bigint[])"
@@ -259,7 +265,8 @@ def job_states_of_schemas(
     return states
 
 
-def _insert_runs_sql(schema: str) -> sql.Composed:
+@per_schema
+def _insert_runs_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         INSERT INTO {runs} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason,
@@ -295,7 +302,8 @@ def insert_scheduled_runs(cursor, schema: str, rows: list[tuple]) -> list[Any]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def _advance_sql(schema: str) -> sql.Composed:
+@per_schema
+def _advance_sql(schema: str) -> sql.Composable:
     # No next slot: the schedule has ended, and the job is complete.
     return sql.SQL(
         """
@@ -316,7 +324,8 @@ def advance_jobs(cursor, schema: str, cursors: list[tuple[int, datetime | None]]
         cursor.execute(_advance_sql(schema), _advance_params(cursors))
 
 
-def _park_sql(schema: str) -> sql.Composed:
+@per_schema
+def _park_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         UPDATE {jobs} AS j SET fault_code = u.code, fault_detail = u.detail, faulted_at = now(),
@@ -421,6 +430,7 @@ def queue_unconstrained(
     return [Queued(*row) for row in cursor.fetchall()]
 
 
+@per_schema
 def queue_unconstrained_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
@@ -463,7 +473,8 @@ class PublishableJob(NamedTuple):  # a tuple: 10,000 of them are built per fire
     timeout_seconds: int
 
 
-def _publishable_sql(schema: str) -> sql.Composed:
+@per_schema
+def _publishable_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         WITH due AS MATERIALIZED (
@@ -524,9 +535,9 @@ class JobAdmissionRow:
     timeout_seconds: int
 
 
-def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, JobAdmissionRow]:
-    """Current policy, pause state and active-run count of the jobs with due runs."""
-    query = sql.SQL(
+@per_schema
+def _job_admission_sql(schema: str) -> sql.Composable:
+    return sql.SQL(
         """
         SELECT j.id, j.concurrency_policy, j.max_concurrent_runs, j.paused,
                j.deleted_at IS NOT NULL,
@@ -537,25 +548,34 @@ def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, Job
         FROM {jobs} j WHERE j.id = ANY(%s)
         """
     ).format(jobs=table(schema, "jobs_job"), runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [job_ids])
+
+
+def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, JobAdmissionRow]:
+    """Current policy, pause state and active-run count of the jobs with due runs."""
+    cursor.execute(_job_admission_sql(schema), [job_ids])
     return {row[0]: JobAdmissionRow(*row) for row in cursor.fetchall()}
+
+
+@per_schema
+def _mark_queued_sql(schema: str) -> sql.Composable:
+    return sql.SQL(
+        """
+        UPDATE {runs} SET status = {queued}, queued_at = now()
+        WHERE id = ANY(%s::uuid[]) AND status IN {admittable} RETURNING id
+        """
+    ).format(runs=table(schema, "runs_run"), **STATUS)
 
 
 def mark_queued(cursor, schema: str, run_ids: list) -> set:
     """scheduled|retrying -> queued; returns the ids that moved (only those are published)."""
     if not run_ids:
         return set()
-    query = sql.SQL(
-        """
-        UPDATE {runs} SET status = {queued}, queued_at = now()
-        WHERE id = ANY(%s::uuid[]) AND status IN {admittable} RETURNING id
-        """
-    ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [pg_array(run_ids)])
+    cursor.execute(_mark_queued_sql(schema), [pg_array(run_ids)])
     return {row[0] for row in cursor.fetchall()}
 
 
-def _published_queued_sql(schema: str) -> sql.Composed:
+@per_schema
+def _published_queued_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         UPDATE {runs} SET status = {queued}, queued_at = now()

@@ -37,7 +37,7 @@ from psycopg import sql
 
 from core import index
 from core.logs import log_event
-from core.sql import table, tagged_union
+from core.sql import per_schema, table, tagged_union
 from jobs.indexing import mark_indexed
 from runs.dags import dag_settle, to_settle_query
 from runs.status_sql import STATUS
@@ -175,6 +175,7 @@ def rows_by_tenant(chunk: Tenants, query, params: list) -> dict[int, list[tuple]
 # --- relay -------------------------------------------------------------------------------
 
 
+@per_schema
 def any_waiting_query(schema: str) -> sql.Composable:
     """Whether the schema has waiting runs due by the parameter: the relay's check."""
     return sql.SQL(
@@ -233,18 +234,22 @@ def _waiting_runs(engine: Engine, schema: str, until: datetime):
 # --- reconcile the jobs index with PostgreSQL -------------------------------------------
 
 
+@per_schema
+def _due_jobs_query(schema: str) -> sql.Composable:
+    return sql.SQL(
+        f"SELECT id, next_run_at FROM {{}} WHERE {store.SCHEDULABLE} AND next_run_at <= %s "
+        "ORDER BY next_run_at LIMIT %s"
+    ).format(table(schema, "jobs_job"))
+
+
 def reconcile_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
     """Put back schedulable jobs due by `until` that the index misses or holds too late."""
 
-    def query(schema: str) -> sql.Composable:
-        return sql.SQL(
-            f"SELECT id, next_run_at FROM {{}} WHERE {store.SCHEDULABLE} AND next_run_at <= %s "
-            "ORDER BY next_run_at LIMIT %s"
-        ).format(table(schema, "jobs_job"))
-
     due = [
         (index.member(tenant_id, job_id), at)
-        for tenant_id, rows in rows_by_tenant(chunk, query, [until, RECONCILE_LIMIT]).items()
+        for tenant_id, rows in rows_by_tenant(
+            chunk, _due_jobs_query, [until, RECONCILE_LIMIT]
+        ).items()
         for job_id, at in rows
     ]
     if not due:
@@ -271,16 +276,18 @@ def reconcile_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
 # --- sync jobs whose index write was lost ------------------------------------------------
 
 
-def sync_chunk(engine: Engine, chunk: Tenants) -> int:
-    def query(schema: str) -> sql.Composable:
-        return sql.SQL(
-            f"SELECT id, next_run_at, ({store.SCHEDULABLE}), version FROM {{}} "
-            "WHERE index_dirty ORDER BY id LIMIT %s"
-        ).format(table(schema, "jobs_job"))
+@per_schema
+def _dirty_jobs_query(schema: str) -> sql.Composable:
+    return sql.SQL(
+        f"SELECT id, next_run_at, ({store.SCHEDULABLE}), version FROM {{}} "
+        "WHERE index_dirty ORDER BY id LIMIT %s"
+    ).format(table(schema, "jobs_job"))
 
+
+def sync_chunk(engine: Engine, chunk: Tenants) -> int:
     schemas = dict(chunk)
     synced = 0
-    for tenant_id, rows in rows_by_tenant(chunk, query, [SYNC_BATCH]).items():
+    for tenant_id, rows in rows_by_tenant(chunk, _dirty_jobs_query, [SYNC_BATCH]).items():
         # Add or lower only: an unschedulable job keeps its entry until the leader reads
         # its row when the score comes due (see core/index.py).
         engine.writes.lower_jobs(
@@ -294,21 +301,22 @@ def sync_chunk(engine: Engine, chunk: Tenants) -> int:
 # --- reap --------------------------------------------------------------------------------
 
 
+@per_schema
+def _anything_to_reap_query(schema: str) -> sql.Composable:
+    return sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status = {running} "
+        "  AND heartbeat_at < now() - make_interval(secs => %s)"
+        "  AND pg_postmaster_start_time() < now() - make_interval(secs => %s))"
+        " OR EXISTS (SELECT 1 FROM {runs} WHERE status = {queued} "
+        "  AND queued_at < now() - make_interval(secs => %s))"
+    ).format(runs=table(schema, "runs_run"), **STATUS)
+
+
 def reap_chunk(engine: Engine, chunk: Tenants) -> int:
     """Reap only the tenants of the chunk that have something to reap."""
     timeout = engine.config.visibility_timeout_seconds
-
-    def query(schema: str) -> sql.Composable:
-        return sql.SQL(
-            "SELECT EXISTS (SELECT 1 FROM {runs} WHERE status = {running} "
-            "  AND heartbeat_at < now() - make_interval(secs => %s)"
-            "  AND pg_postmaster_start_time() < now() - make_interval(secs => %s))"
-            " OR EXISTS (SELECT 1 FROM {runs} WHERE status = {queued} "
-            "  AND queued_at < now() - make_interval(secs => %s))"
-        ).format(runs=table(schema, "runs_run"), **STATUS)
-
     schemas = dict(chunk)
-    found = rows_by_tenant(chunk, query, [timeout, timeout, timeout])
+    found = rows_by_tenant(chunk, _anything_to_reap_query, [timeout, timeout, timeout])
     count = 0
     for tenant_id, rows in found.items():
         if rows and rows[0][0]:

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from core.sql import pg_array, table
+from core.sql import per_schema, pg_array, table
 
 from . import states
 from .dag_progress import NodeRun, Step, settle
@@ -344,7 +344,8 @@ def settle_after_commit(schema: str, dag_run_id: Any, clock_now) -> None:
     transaction.on_commit(run)
 
 
-def to_settle_query(schema: str) -> sql.Composed:
+@per_schema
+def to_settle_query(schema: str) -> sql.Composable:
     """Running DAG runs whose ended runs no longer match their last settle, oldest first;
     parameters: [limit]. The leader's sweep unions it over a chunk of tenants."""
     return sql.SQL(

@@ -27,7 +27,7 @@ from core.clock import Clock, SystemClock
 from core.logs import log_event
 from core.redaction import redact, redacting
 from core.registry import RunContext, get_task, needs_tenant_schema
-from core.sql import table
+from core.sql import per_schema, table
 
 from . import states
 from .dags import dag_settle_after_end, dag_start
@@ -100,16 +100,21 @@ FROM claimed c JOIN {jobs} j ON j.id = c.job_id
 """
 
 
-def claim_run(
-    *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
-) -> Claimed | None:
-    query = sql.SQL(CLAIM_SQL).format(
+@per_schema
+def _claim_sql(schema: str) -> sql.Composable:
+    return sql.SQL(CLAIM_SQL).format(
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         deps=table(schema, "jobs_dependency"),
         tenants=table("public", "tenants_tenant"),
         **STATUS,
     )
+
+
+def claim_run(
+    *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
+) -> Claimed | None:
+    query = _claim_sql(schema)
     params = {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt, "schema": schema}
     with connection.cursor() as cursor:
         cursor.execute(query, params)
@@ -194,15 +199,18 @@ RETURNING run_id
 """
 
 
+@per_schema
+def _finish_sql(schema: str) -> sql.Composable:
+    return sql.SQL(FINISH_SQL).format(
+        runs=table(schema, "runs_run"), attempts=table(schema, "runs_attempt"), **STATUS
+    )
+
+
 def finish_run(claimed: Claimed, outcome: Outcome, now: datetime) -> Decision | None:
     """Record the attempt and the run's next status; None if the run moved on meanwhile
     (cancelled, or reaped as lost): then this late result changes nothing."""
     decision = decide(claimed, outcome, now)
-    query = sql.SQL(FINISH_SQL).format(
-        runs=table(claimed.schema, "runs_run"),
-        attempts=table(claimed.schema, "runs_attempt"),
-        **STATUS,
-    )
+    query = _finish_sql(claimed.schema)
     params = {
         "status": decision.status,
         "next_attempt": decision.next_attempt,

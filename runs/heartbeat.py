@@ -22,7 +22,7 @@ from psycopg import sql
 
 from core.logs import log_event
 from core.metrics import HEARTBEAT_FAILURES, HEARTBEAT_STOPPED
-from core.sql import pg_array, table
+from core.sql import per_schema, pg_array, table
 from tenants.services import slug_for_schema
 
 from .status_sql import STATUS
@@ -35,6 +35,11 @@ FROM unnest(%s::uuid[], %s::int[]) AS u(id, attempt)
 WHERE r.id = u.id AND r.attempt = u.attempt AND r.status = {running}
 RETURNING r.id, r.attempt
 """
+
+
+@per_schema
+def _beat_sql(schema: str) -> sql.Composable:
+    return sql.SQL(BEAT_SQL).format(runs=table(schema, "runs_run"), **STATUS)
 
 
 class Heartbeats:
@@ -103,7 +108,7 @@ class Heartbeats:
         """The (run, attempt) pairs still running: pairs, not ids, since two attempts of
         one run can be tracked by the same process (a thread pool ran the superseded
         attempt and then claimed the next)."""
-        query = sql.SQL(BEAT_SQL).format(runs=table(schema, "runs_run"), **STATUS)
+        query = _beat_sql(schema)
         ids, numbers = zip(*attempts, strict=True)
         with connection.cursor() as cursor:
             cursor.execute(query, [pg_array(list(ids)), pg_array(list(numbers))])

@@ -1,11 +1,11 @@
-"""What one leader statement over a chunk of tenant schemas costs: the grouped job lock of
-a materialise (`store.lock_jobs_of_schemas`), the same without its correlated read of the
-jobs' exclusion calendars, and the relay sweep's check of a chunk
-(`sweeps.any_waiting_query`). Each is timed through Django as the leader runs it, cold
-(the first statement of a fresh session over schemas it has not touched: their catalog
-entries are loaded) and warm (the median of `repeats` more); the lock is explained
-(PostgreSQL's planning and execution time), and the Python that composes it is timed on
-its own.
+"""What one leader statement over a chunk of tenant schemas costs: the grouped job lock of a
+materialise (`store.lock_jobs_of_schemas`), the same lock as it was before ADR 0024 (the
+jobs' exclusion calendars read in it by a correlated subquery), and the relay sweep's
+check of a chunk (`sweeps.any_waiting_query`). Each is timed through Django as the leader
+runs it, cold (the first statement of a fresh session over schemas it has not touched:
+their catalog entries are loaded) and warm (the median of `repeats` more); the lock is
+explained (PostgreSQL's planning and execution time), and the Python that composes it is
+timed on its own.
 
 It reads the `bench-m-*` tenants (`make bench ARGS="many-tenants --keep"` leaves 10,000;
 the missing ones are provisioned), one slice of `schemas` tenants per statement, so that
@@ -29,18 +29,28 @@ from core.sql import pg_array, table
 from .tenant_upgrade import bench_m_tenants
 
 
-def _lock_without_calendars(wanted: list[tuple[str, list[int]]]) -> tuple[sql.Composed, list]:
-    """`store.lock_jobs_of_schemas`'s statement without the calendars subquery."""
+def _lock_with_calendars_joined(wanted: list[tuple[str, list[int]]]) -> tuple[sql.Composed, list]:
+    """The grouped lock as it was before ADR 0024: each job's calendars read by a
+    correlated subquery in the lock statement itself, so every schema's two calendar
+    tables are planned and opened whether a job has a calendar or not."""
     cols = sql.SQL(", ").join(sql.SQL("j.{}").format(sql.Identifier(c)) for c in store.JOB_COLUMNS)
     ctes = sql.SQL(", ").join(
         sql.SQL(
-            "l{n} AS (SELECT {cols} FROM {jobs} j WHERE j.id = ANY(%s::bigint[]) "
-            "FOR UPDATE OF j SKIP LOCKED)"
-        ).format(n=sql.SQL(str(n)), cols=cols, jobs=table(schema, "jobs_job"))
+            "l{n} AS (SELECT {cols}, (SELECT json_agg(json_build_array(c.name, c.dates, c.ranges))"
+            " FROM {links} jc JOIN {calendars} c ON c.id = jc.exclusioncalendar_id"
+            " WHERE jc.job_id = j.id) AS calendars"
+            " FROM {jobs} j WHERE j.id = ANY(%s::bigint[]) FOR UPDATE OF j SKIP LOCKED)"
+        ).format(
+            n=sql.SQL(str(n)),
+            cols=cols,
+            jobs=table(schema, "jobs_job"),
+            links=table(schema, "jobs_job_calendars"),
+            calendars=table(schema, "jobs_exclusioncalendar"),
+        )
         for n, (schema, _ids) in enumerate(wanted)
     )
     reads = sql.SQL(" UNION ALL ").join(
-        sql.SQL("SELECT {n}, l{n}.id FROM l{n}").format(n=sql.SQL(str(n)))
+        sql.SQL("SELECT {n}, l{n}.* FROM l{n}").format(n=sql.SQL(str(n)))
         for n in range(len(wanted))
     )
     return sql.SQL("WITH {} {}").format(ctes, reads), [pg_array(ids) for _s, ids in wanted]
@@ -121,8 +131,8 @@ def _run(schemas: int, repeats: int, tenants: int) -> dict:
         "tenants_read": len(names),
         "provisioning": made,
         "lock": _timed(lambda: store.lock_jobs_of_schemas(connection.cursor(), locks), repeats),
-        "lock_without_calendars": _timed(
-            lambda: connection.cursor().execute(*_lock_without_calendars(bare)), repeats
+        "lock_with_calendars_joined": _timed(
+            lambda: connection.cursor().execute(*_lock_with_calendars_joined(bare)), repeats
         ),
         "relay_check": _timed(
             lambda: sweeps.rows_by_tenant(chunk, sweeps.any_waiting_query, [now]), repeats

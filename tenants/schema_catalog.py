@@ -1,11 +1,11 @@
 """What a schema holds, read from the catalog in a form two schemas can be compared in.
 
 `schema_snapshot` lists tables, columns, constraints, indexes (their full definitions,
-partial conditions included), sequences with their owners, options and positions, comments,
-and the rows migrations write (their records, content types, permissions), each with the
-schema's own name taken out. Two schemas built the same way give equal snapshots. Used by
-the tests and by `manage.py tenant_template --verify`, which compares a clone with a
-freshly migrated schema on the database at hand.
+partial conditions included), triggers, sequences with their owners, options and
+positions, comments, and the rows migrations write (their records, content types,
+permissions), each with the schema's own name taken out. Two schemas built the same way
+give equal snapshots. Used by the tests and by `manage.py tenant_template --verify`,
+which compares a clone with a freshly migrated schema on the database at hand.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ SELECT c.relname, ic.relname, pg_get_indexdef(i.indexrelid), i.indisunique, i.in
        i.indimmediate, i.indisvalid, i.indnullsnotdistinct
   FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_class c ON c.oid = i.indrelid
  WHERE ic.relnamespace = %(nsp)s
+"""
+_TRIGGERS = """
+SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid), t.tgenabled
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = %(nsp)s AND NOT t.tgisinternal
 """
 _SEQUENCES = """
 SELECT s.sequencename, s.data_type::text, s.start_value, s.min_value, s.max_value,
@@ -88,6 +93,7 @@ def schema_snapshot(cursor, schema: str) -> dict[str, list]:
         ("columns", _COLUMNS),
         ("constraints", _CONSTRAINTS),
         ("indexes", _INDEXES),
+        ("triggers", _TRIGGERS),
         ("sequences", _SEQUENCES),
         ("information_schema", _INFORMATION_SCHEMA),
     ):

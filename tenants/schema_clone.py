@@ -1,7 +1,8 @@
 """Copy a migrated schema into a new one, object by object, in one round trip.
 
 What a tenant schema holds after its migrations ran is tables (with their columns, defaults,
-identity sequences, constraints and indexes, partial ones included) and the rows the
+identity sequences, constraints and indexes, partial ones included, and triggers calling
+functions outside the schema) and the rows the
 migrations and their post_migrate handlers wrote (django_migrations, content types,
 permissions). `clone_recipe` reads all of that from the catalog of a template schema and
 returns the statements that rebuild it under another name; `clone_run` executes them.
@@ -10,7 +11,7 @@ Exactness matters more than generality: names are kept (later migrations drop in
 constraints by name, so `CREATE TABLE ... LIKE`, which renames them, will not do), every
 identity column gets its own sequence, set past the rows copied (an empty table starts
 afresh, never from the template's value), and anything in the template the recipe does
-not reproduce (views, functions, triggers, types, grants, standalone sequences...) makes
+not reproduce (views, functions, disabled triggers, types, grants, standalone sequences...) makes
 `clone_recipe` raise `CloneUnsupported`, so that the caller runs the migrations instead of
 producing a schema that differs from a migrated one. tests/foundation/test_tenant_template.py
 compares a clone with a freshly migrated schema, catalog entry by catalog entry.
@@ -55,8 +56,8 @@ SELECT 'table ' || c.relname || ': ' || concat_ws(', ',
         CASE WHEN c.relacl IS NOT NULL THEN 'grants' END,
         CASE WHEN c.relhasrules THEN 'rules' END,
         CASE WHEN c.relreplident <> 'd' THEN 'replica identity' END,
-        CASE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
-             THEN 'triggers' END,
+        CASE WHEN EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
+                          AND t.tgenabled <> 'O') THEN 'triggers not enabled' END,
         CASE WHEN EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid) THEN 'policies' END,
         CASE WHEN EXISTS (SELECT FROM pg_statistic_ext s WHERE s.stxrelid = c.oid)
              THEN 'extended statistics' END)
@@ -66,7 +67,8 @@ SELECT 'table ' || c.relname || ': ' || concat_ws(', ',
         OR c.reltablespace <> 0 OR c.relrowsecurity OR c.relacl IS NOT NULL OR c.relhasrules
         OR c.relreplident <> 'd'
         OR EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)
-        OR EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
+        OR EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
+                   AND t.tgenabled <> 'O')
         OR EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid)
         OR EXISTS (SELECT FROM pg_statistic_ext s WHERE s.stxrelid = c.oid))
 UNION ALL
@@ -154,6 +156,15 @@ SELECT pg_get_indexdef(i.indexrelid)
  ORDER BY ic.relname
 """
 
+# Triggers (their functions live outside the schema: one that does not is refused, as a
+# function of the schema is), after the rows are copied, so that the copy fires none.
+_TRIGGERS = """
+SELECT pg_get_triggerdef(t.oid)
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = %(nsp)s AND NOT t.tgisinternal
+ ORDER BY c.relname, t.tgname
+"""
+
 
 @dataclass
 class _Table:
@@ -186,9 +197,11 @@ def clone_recipe(cursor, template: str) -> CloneRecipe:
             tables[tab].elements.append(f"CONSTRAINT {name} {definition}")
     cursor.execute(_INDEXES, {"nsp": nsp})
     indexes = [r[0].replace(f" ON {quoted}.", f" ON {_SLOT}.", 1) for r in cursor.fetchall()]
+    cursor.execute(_TRIGGERS, {"nsp": nsp})
+    triggers = [r[0].replace(f" ON {quoted}.", f" ON {_SLOT}.", 1) for r in cursor.fetchall()]
     creates = [f"CREATE SCHEMA {_SLOT}"]
     creates += [f"CREATE TABLE {_SLOT}.{t.name} ({', '.join(t.elements)})" for t in tables.values()]
-    later = indexes + altered + [c for t in tables.values() for c in t.comments]
+    later = indexes + altered + triggers + [c for t in tables.values() for c in t.comments]
     for statement in creates + later:
         _refuse_template_reference(statement, template, quoted)
     # Rows before the indexes and foreign keys (no check per row); sequences past them.

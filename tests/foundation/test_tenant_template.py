@@ -97,12 +97,13 @@ def test_a_cloned_schema_is_identical_to_a_freshly_migrated_one(scratch):
     migrated, cloned = _snapshot("t_tplx_migrated"), _snapshot("t_tplx_cloned")
     assert snapshot_differences(migrated, cloned) == []
     # What the comparison covers (so that it could fail): partial indexes, every kind of
-    # constraint by name, identity sequences, and the rows migrations write.
+    # constraint by name, identity sequences, triggers, and the rows migrations write.
     assert any(" WHERE " in row[2] for row in migrated["indexes"])
     assert ("jobs_job", "job_index_dirty_idx") in {row[:2] for row in migrated["indexes"]}
     assert {row[2] for row in migrated["constraints"]} >= {"p", "u", "c", "f"}
     assert ("jobs_dependency", "dependency_unique") in {r[:2] for r in migrated["constraints"]}
     assert len(migrated["sequences"]) >= 10
+    assert ("jobs_job_calendars", "job_calendars_changed") in {r[:2] for r in migrated["triggers"]}
     assert {(r[1], r[2]) for r in migrated["rows:django_migrations"]} == code_migrations()
     assert migrated["rows:auth_permission"] and migrated["rows:django_content_type"]
 

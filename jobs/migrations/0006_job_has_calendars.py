@@ -32,7 +32,8 @@ BEGIN
           USING NEW.job_id;
       END IF;
       IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        EXECUTE format('SELECT 1 FROM %I.jobs_job WHERE id = $1 FOR UPDATE', TG_TABLE_SCHEMA)
+        EXECUTE format('SELECT 1 FROM %I.jobs_job WHERE id = $1 FOR NO KEY UPDATE',
+                       TG_TABLE_SCHEMA)
           USING OLD.job_id;
         EXECUTE format('UPDATE %1$I.jobs_job j SET has_calendars = EXISTS ('
                        'SELECT FROM %1$I.jobs_job_calendars c WHERE c.job_id = j.id) '
@@ -50,15 +51,23 @@ END
 $do$
 """
 
+# The function first (its creation may wait for another schema's migration to commit,
+# holding nothing of this schema meanwhile); then the links table locked against writes
+# before `jobs_job` is touched, in the order a link's writer takes the two (the link, then
+# at commit its foreign key's check of the job row), so that neither waits on the other
+# in a cycle; the flag filled and the trigger added under that lock, so that no link can
+# change between the fill and the trigger.
 FORWARD = [
+    FUNCTION,
+    "LOCK TABLE jobs_job_calendars IN SHARE ROW EXCLUSIVE MODE",
     "ALTER TABLE jobs_job ADD COLUMN has_calendars boolean NOT NULL DEFAULT false",
     "UPDATE jobs_job j SET has_calendars = true "
     "WHERE EXISTS (SELECT FROM jobs_job_calendars c WHERE c.job_id = j.id)",
-    FUNCTION,
     "CREATE TRIGGER job_calendars_changed AFTER INSERT OR UPDATE OR DELETE "
     "ON jobs_job_calendars FOR EACH ROW EXECUTE FUNCTION public.tickwork_job_calendars_changed()",
 ]
 
+# The shared function stays: other schemas' triggers call it.
 BACKWARD = [
     "DROP TRIGGER job_calendars_changed ON jobs_job_calendars",
     "ALTER TABLE jobs_job DROP COLUMN has_calendars",

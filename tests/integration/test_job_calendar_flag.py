@@ -6,6 +6,7 @@ the leader reads the calendars of exactly the jobs that have some."""
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -53,7 +54,7 @@ def _set_calendars(tenant, job_id: int, names: list[str]) -> None:
         )
 
 
-def test_the_flag_follows_every_link_added_and_removed(live):
+def test_the_flag_follows_links_added_and_removed(live):
     alpha = live["alpha"].tenant
     _calendars(alpha, "a", "b")
     job = make_job(alpha, FakeClock(NOW), schedule={**DAILY, "calendars": ["a"]})
@@ -92,6 +93,20 @@ def _calendar_ids(schema: str) -> dict[str, int]:
         return dict(ExclusionCalendar.objects.values_list("name", "id"))
 
 
+def _waits_for(holder, waiter, seconds: float = 5.0) -> bool:
+    """Whether `waiter`'s session is blocked by `holder`'s (PostgreSQL's own account)."""
+    holding, waiting = holder.info.backend_pid, waiter.info.backend_pid
+    with other_connection() as watcher:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            row = watcher.execute("SELECT %s = ANY(pg_blocking_pids(%s))", [holding, waiting])
+            if row.fetchone()[0]:
+                return True
+            watcher.rollback()
+            time.sleep(0.02)
+    return False
+
+
 @pytest.mark.parametrize("first", ["removal", "addition"])
 def test_a_link_added_while_the_last_one_is_removed_leaves_the_flag_set(live, first):
     """Session R removes the job's only link while session A adds another, each holding
@@ -113,13 +128,20 @@ def test_a_link_added_while_the_last_one_is_removed_leaves_the_flag_set(live, fi
         sql_one, calendar_one = statement[one]
         one.execute(sql_one, [job.id, calendar_one])  # holds the job row, not committed
         sql_two, calendar_two = statement[two]
-        second = threading.Thread(target=lambda: two.execute(sql_two, [job.id, calendar_two]))
+        failed: list[BaseException] = []
+
+        def change() -> None:
+            try:
+                two.execute(sql_two, [job.id, calendar_two])
+            except BaseException as exc:  # re-raised below: a thread's error is lost
+                failed.append(exc)
+
+        second = threading.Thread(target=change)
         second.start()
-        second.join(0.5)
-        assert second.is_alive(), "the second change did not wait for the first"
+        assert _waits_for(one, two), "the second change did not wait for the first"
         one.commit()
         second.join(10)
-        assert not second.is_alive()
+        assert not second.is_alive() and not failed, failed
         two.commit()
     finally:
         remover.close()
@@ -130,15 +152,15 @@ def test_a_link_added_while_the_last_one_is_removed_leaves_the_flag_set(live, fi
     assert _flag(schema, job.id)
 
 
-def test_a_link_waits_for_the_leaders_lock_on_its_job(live):
+def test_a_link_made_or_removed_waits_for_the_leaders_lock_on_its_job(live):
     """The leader reads a job's flag in the statement that locks the job, and its calendars
-    after: a link made meanwhile must wait for the leader's commit, or the leader would
-    plan without a calendar that the job had when it read them."""
+    after: a link made or removed meanwhile must wait for the leader's commit, or the
+    leader would plan by a flag that no longer holds when it reads the calendars."""
     alpha = live["alpha"].tenant
     schema = alpha.schema_name
     _calendars(alpha, "a")
     job = make_job(alpha, FakeClock(NOW), schedule=DAILY)
-    insert, _delete = _link_sql(schema)
+    insert, delete = _link_sql(schema)
     set_public()
     leader = other_connection()
     linker = other_connection(lock_timeout="300ms")
@@ -151,10 +173,20 @@ def test_a_link_waits_for_the_leaders_lock_on_its_job(live):
         leader.commit()
         linker.execute(insert, [job.id, _calendar_ids(schema)["a"]])
         linker.commit()
+        assert _flag(schema, job.id)
+        with leader.cursor() as cursor:
+            [row], _busy = store.lock_jobs(cursor, schema, [job.id])
+            assert row.has_calendars and [c[0] for c in row.calendars] == ["a"]
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            linker.execute(delete, [job.id, _calendar_ids(schema)["a"]])
+        linker.rollback()
+        leader.commit()
+        linker.execute(delete, [job.id, _calendar_ids(schema)["a"]])
+        linker.commit()
     finally:
         leader.close()
         linker.close()
-    assert _flag(schema, job.id)
+    assert not _flag(schema, job.id)
 
 
 def test_the_leader_reads_calendars_only_of_jobs_that_have_some(live):

@@ -89,6 +89,10 @@ def other_connection(**settings: str):
     other = psycopg.connect(**params, autocommit=False)
     for name, value in settings.items():
         other.execute("SELECT set_config(%s, %s, false)", [name, value])
+    # Committed, so that the settings outlive the session's first rollback: a session-level
+    # set_config made inside a transaction is undone with it, and a test that rolls back
+    # after a lock timeout would then wait without one (it hung CI for an hour once).
+    other.commit()
     return other
 
 

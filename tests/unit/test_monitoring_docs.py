@@ -65,6 +65,7 @@ def test_the_dashboard_queries_existing_series():
 def test_the_guide_names_only_existing_metrics():
     guide = (DOCS / "operations.md").read_text()
     exposed = exposed_series()
-    documented = set(NAME.findall(guide))
+    # `tickwork_x(` is a database function the guide names (the calendars trigger's)
+    documented = set(re.findall(r"\btickwork_[a-z0-9_]+\b(?!\()", guide))
     bases = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in exposed}
     assert documented <= exposed | bases, documented - exposed - bases

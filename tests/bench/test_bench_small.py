@@ -26,6 +26,7 @@ def bench_cleanup(live, redis_client):
     redis_client.flushdb()
 
 
+@pytest.mark.timeout(1200)  # every benchmark in turn: 3 to 4 minutes here, more when loaded
 def test_benchmarks_run_at_a_small_size(bench_cleanup):
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--json", "small"],

@@ -41,6 +41,7 @@ from psycopg import sql
 
 from core.broker import amqp_queue_names, is_amqp, queue_depths
 from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
+from core.redis import REDIS_UNAVAILABLE
 from core.sql import per_schema, table, tagged_union
 from runs.status_sql import STATUS
 
@@ -159,6 +160,7 @@ class AdmissionControl:
         self._policies: dict[tuple[int, int], str] = {}  # (tenant, job) -> concurrency policy
         self._idle_recount_at = float("-inf")
         self.last_room: int | None = None
+        self._slots_seen = 0  # the live workers' slots at the last count that answered
 
     # --- runs in ---------------------------------------------------------------------------
     def offer(self, entries: Iterable[Pending]) -> None:
@@ -279,15 +281,27 @@ class AdmissionControl:
             for name in self.queue_names:
                 pipe.llen(name)
         pipe.zrangebyscore(workers_key(), now, "+inf")
-        *lengths, members = pipe.execute()
+        try:
+            *lengths, members = pipe.execute()
+        except REDIS_UNAVAILABLE:
+            if not self.amqp:
+                raise  # the broker's own lists: no room can be told
+            # On a Redis Cluster the workers' registrations are on a slot of their own:
+            # while its primary fails over, admit by the slots counted last, rather than
+            # stop this partition for a key that is not its own.
+            lengths, members = [], None
         if self.amqp:  # RabbitMQ's message counts (bounded, cached for an instant)
             lengths = list(queue_depths(self.client, self.queue_names).values())
-        slots = 0
-        for member in members:
-            try:
-                slots += int(member.decode().rsplit(":", 1)[1])
-            except (ValueError, IndexError):
-                continue
+        if members is None:
+            slots = self._slots_seen
+        else:
+            slots = 0
+            for member in members:
+                try:
+                    slots += int(member.decode().rsplit(":", 1)[1])
+                except (ValueError, IndexError):
+                    continue
+            self._slots_seen = slots
         watermark = max(self.config.backlog_min, int(slots * self.config.backlog_per_slot))
         return max(watermark // self.partitions - sum(lengths) // self.partitions, 0)
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 from zoneinfo import ZoneInfoNotFoundError
 
-import redis
 from django.db import DatabaseError, InterfaceError, connection, transaction
 
 from core.logs import log_event
+from core.redis import REDIS_UNAVAILABLE
 from jobs.schedules import ScheduleError
 from tenants.services import slug_for_schema
 
@@ -52,7 +52,7 @@ JOB_DATA_ERRORS = (ScheduleError, ZoneInfoNotFoundError, ValueError, TypeError, 
 
 def must_step_down(exc: BaseException) -> bool:
     """True when the error says this process cannot (or must not) go on writing."""
-    if isinstance(exc, LeaseLost | FencingError | redis.RedisError | InterfaceError):
+    if isinstance(exc, (LeaseLost, FencingError, *REDIS_UNAVAILABLE, InterfaceError)):
         return True
     if isinstance(exc, DatabaseError):
         raw = connection.connection

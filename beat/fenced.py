@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from redis.cluster import RedisCluster
+
 from core.keys import index_built_key, index_key, runs_index_key
+from core.redis import KeyedScript, pipeline_eval
 
 from .lease import LeaseLost
 
@@ -103,9 +106,18 @@ class FencedRedis:
         self.index_built_key = index_built_key(partition)
         self.lock_key = lock_key
         self.token = token or ""
-        self._cas = client.register_script(_CAS)
-        self._fenced = client.register_script(_FENCED)
-        self._rebuild_state = client.register_script(_REBUILD_STATE)
+        self._cas = KeyedScript(_CAS)
+        self._fenced = client.register_script(_FENCED)  # pipelined: see _pipe_fenced
+        self._rebuild_state = KeyedScript(_REBUILD_STATE)
+
+    def _pipe_fenced(self, pipe, keys: list[str], args: list) -> None:
+        """Queue one `_FENCED` call on `pipe`. On a cluster it goes as EVAL aimed at its
+        keys' node (`pipeline_eval`): the script's text a few hundred bytes per chunk of up
+        to thousands of arguments."""
+        if isinstance(self.client, RedisCluster):
+            pipeline_eval(self.client, pipe, _FENCED, keys, args)
+        else:
+            self._fenced(keys=keys, args=args, client=pipe)
 
     def _check(self, result) -> None:
         if result == -1:
@@ -118,7 +130,7 @@ class FencedRedis:
             args: list[str] = [self.token]
             for change in changes[start : start + CHUNK]:
                 args += [change.member, _num(change.expected), _num(change.new)]
-            result = self._cas(keys=[self.lock_key, self.index_key], args=args)
+            result = self._cas(keys=[self.lock_key, self.index_key], args=args, client=self.client)
             self._check(result)
             applied += [bool(flag) for flag in result]
         return applied
@@ -131,7 +143,7 @@ class FencedRedis:
             args = [self.token, "ZADDLT"]
             for name, score in items[start : start + CHUNK // 2]:
                 args += [repr(float(score)), name]
-            self._fenced(keys=[self.lock_key, self.index_key], args=args, client=pipe)
+            self._pipe_fenced(pipe, [self.lock_key, self.index_key], args)
         for result in pipe.execute():
             self._check(result)
 
@@ -144,7 +156,7 @@ class FencedRedis:
         for name, value in (fields or {}).items():
             args += [name, value]
         keys = [self.lock_key, state_key, self.index_built_key]
-        result = self._rebuild_state(keys=keys, args=args)
+        result = self._rebuild_state(keys=keys, args=args, client=self.client)
         self._check(result)
         return result == 1
 
@@ -168,7 +180,7 @@ class FencedRedis:
         for queue, batch in by_queue.items():
             for start in range(0, len(batch), CHUNK):
                 args = [self.token, "LPUSH", *batch[start : start + CHUNK]]
-                self._fenced(keys=[self.lock_key, queue], args=args, client=pipe)
+                self._pipe_fenced(pipe, [self.lock_key, queue], args)
         for result in pipe.execute():
             self._check(result)
 
@@ -178,6 +190,6 @@ class FencedRedis:
         pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(values), CHUNK):
             args = [self.token, command, *values[start : start + CHUNK]]
-            self._fenced(keys=[self.lock_key, key], args=args, client=pipe)
+            self._pipe_fenced(pipe, [self.lock_key, key], args)
         for result in pipe.execute():
             self._check(result)

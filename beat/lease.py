@@ -30,6 +30,7 @@ from django.db import OperationalError, connection, transaction
 from core.keys import leader_info_key, leader_lock_name, partition_count
 from core.logs import log_event
 from core.partitions import lease_row_id
+from core.redis import REDIS_ERRORS, KeyedScript
 
 from .store import FENCE_LOCK_CLASS
 
@@ -42,6 +43,11 @@ ON CONFLICT (id) DO UPDATE SET epoch = beat_schedulerlease.epoch + 1,
     holder = EXCLUDED.holder, acquired_at = now(), renewed_at = now()
 RETURNING epoch
 """
+
+
+_UNLOCK = KeyedScript(redis_lock.UNLOCK_SCRIPT)
+_EXTEND = KeyedScript(redis_lock.EXTEND_SCRIPT)
+_RESET = KeyedScript(redis_lock.RESET_SCRIPT)
 
 
 class LeaseLost(Exception):
@@ -164,8 +170,17 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.lock_key = "lock:" + leader_lock_name(partition)  # python-redis-lock's key
         self._lock = redis_lock.Lock(
-            client, leader_lock_name(partition), expire=self.expire_seconds, id=self.token
+            client,
+            leader_lock_name(partition),
+            expire=self.expire_seconds,
+            id=self.token,
+            strict=False,  # a RedisCluster client is not a redis.Redis; its two keys share a tag
         )
+        # Its scripts run on their keys' node only (core/redis.py KeyedScript): the library's
+        # own load a missing script on every primary of a cluster.
+        self._lock.unlock_script = _UNLOCK
+        self._lock.extend_script = _EXTEND
+        self._lock.reset_script = _RESET
         self.renewed_at = 0.0  # time.monotonic() of the last successful take or renewal
         self.step = "take"  # what the leader is doing: named in a late renewal's warning
         self._step_at_renewal = "take"
@@ -178,7 +193,7 @@ class Lease:
         try:
             if not self._lock.acquire(blocking=False):
                 return False
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log_redis_unreachable(exc)
             return False
         self.renewed_at = time.monotonic()
@@ -208,7 +223,7 @@ class Lease:
         """The Redis lock still names this process (one GET; False if Redis is away)."""
         try:
             return self._lock.get_owner_id() == self.token
-        except redis.RedisError:
+        except REDIS_ERRORS:
             return False
 
     def renew(self) -> None:
@@ -232,7 +247,7 @@ class Lease:
         try:
             self._lock.extend()
             self._publish_info()
-        except (redis_lock.NotAcquired, redis.RedisError) as exc:
+        except (redis_lock.NotAcquired, *REDIS_ERRORS) as exc:
             self.epoch = None
             raise LeaseLost(
                 f"lease renewal failed {gap:.2f}s after the last, between "
@@ -274,5 +289,5 @@ class Lease:
         try:
             self._lock.release()
             self.client.delete(leader_info_key(self.partition))
-        except (redis_lock.NotAcquired, redis.RedisError):
+        except (redis_lock.NotAcquired, *REDIS_ERRORS):
             pass

@@ -40,6 +40,7 @@ from core.keys import (
     wake_key,
 )
 from core.logs import log_event
+from core.redis import REDIS_UNAVAILABLE
 
 from .alerting import Alerting
 from .amqp_writes import leader_writes
@@ -52,8 +53,9 @@ from .store import FencingError
 
 log = logging.getLogger("beat.loop")
 
+FLEET_ERROR_LOG_SECONDS = 5.0  # one warning per this while the fleet's keys cannot be read
 UNABLE_SECONDS = 5.0  # after a failed take, how long a process does not count itself live
-STEP_DOWN_ERRORS = (LeaseLost, FencingError, redis.RedisError, OperationalError, InterfaceError)
+STEP_DOWN_ERRORS = (LeaseLost, FencingError, *REDIS_UNAVAILABLE, OperationalError, InterfaceError)
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 
 
@@ -234,6 +236,7 @@ class SchedulerProcess:
         self.unable_until = 0.0  # time.monotonic(): not counted as live before (a take failed)
         self.live_window = max(self.lease_seconds / 2, 10 * self.fleet_poll)
         self._free_since: dict[int, float] = {}
+        self._fleet_error_logged_at = float("-inf")
         self._refused_count: int | None = None  # another live process's different count
         self.iterations = 0
 
@@ -263,9 +266,12 @@ class SchedulerProcess:
         if self.partition_count == 1:  # one lease: take it whenever it is free
             try:
                 view = self._read_fleet()
-            except redis.RedisError as exc:
+            except REDIS_UNAVAILABLE as exc:
                 if self.held():
-                    raise  # the leader stops writing (run_once steps it down)
+                    # On a Redis Cluster the fleet's keys are on other slots than the
+                    # partition's: its own lease renewal (next) decides, as with several.
+                    self._fleet_unreadable(exc)
+                    return True
                 log_redis_unreachable(exc)
                 return False
             if view is None:
@@ -273,8 +279,36 @@ class SchedulerProcess:
                 return False
             only = self.partitions[0]
             return only.held or (time.monotonic() >= only.blocked_until and only.try_lead())
-        self.rebalance()
+        self._rebalance_unless_unreadable()
         return bool(self.held())
+
+    def _rebalance_unless_unreadable(self) -> None:
+        try:
+            self.rebalance()
+        except REDIS_UNAVAILABLE as exc:
+            # The fleet's view reads every partition's keys: on a Redis Cluster, several
+            # nodes. One node away (a primary failing over) must not cost the partitions
+            # held on the others: each goes on while its own lease renews, and the one whose
+            # node is away loses its lease at its next renewal or fenced write, alone. Not
+            # counted live for a while: the others must not give partitions up for this
+            # process to take, which it cannot while it cannot read the fleet.
+            self._fleet_unreadable(exc)
+            self._unable()
+
+    def _fleet_unreadable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._fleet_error_logged_at >= FLEET_ERROR_LOG_SECONDS:
+            self._fleet_error_logged_at = now
+            log_event(
+                log,
+                "scheduler.fleet_unreadable",
+                "cannot read the fleet's leases (%s); the partitions held go on while"
+                " their own leases renew",
+                exc,
+                level=logging.WARNING,
+                error=str(exc),
+                held=[leader.partition for leader in self.held()],
+            )
 
     def checkpoint(self, current: PartitionLeader) -> None:
         """Between two units of one partition's work: renew that partition's lease when due
@@ -470,7 +504,7 @@ class SchedulerProcess:
         popped = self.client.blpop([key], timeout=seconds)
         if popped is None:
             return
-        pipe = self.client.pipeline()
+        pipe = self.client.pipeline(transaction=True)  # one key: one slot on a cluster too
         pipe.lrange(key, 0, -1)
         pipe.delete(key)
         for raw in [popped[1], *pipe.execute()[0]]:
@@ -492,17 +526,24 @@ class SchedulerProcess:
                 time.sleep(remaining)
             else:
                 keys = [wake_key(p.partition) for p in held]
-                popped = self.client.blpop(keys[:1], timeout=remaining)
-                pipe = self.client.pipeline(transaction=False)
-                for key in keys:
-                    pipe.lpop(key, 1000)
-                woken = [popped[1]] if popped else []
-                woken += [raw for batch in pipe.execute() if batch for raw in batch]
+                try:
+                    popped = self.client.blpop(keys[:1], timeout=remaining)
+                    pipe = self.client.pipeline(transaction=False)
+                    for key in keys:
+                        pipe.lpop(key, 1000)
+                    woken = [popped[1]] if popped else []
+                    woken += [raw for batch in pipe.execute() if batch for raw in batch]
+                except REDIS_UNAVAILABLE as exc:
+                    # One node of a cluster away: lead at once, each partition finding out
+                    # by its own lease whether its keys are still there (see try_lead).
+                    self._fleet_unreadable(exc)
+                    time.sleep(max(remaining, 0))
+                    return
                 if woken:
                     for raw in woken:
                         self._handle_wake(raw.decode())
                     return
-            self.rebalance()
+            self._rebalance_unless_unreadable()
             if self.held() != held:
                 return  # a partition taken or given up: lead at once
 

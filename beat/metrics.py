@@ -9,10 +9,9 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 
-import redis
-
 from core.keys import schedulers_key, schedulers_partitions_key
 from core.metrics import LEADER, tenant_label
+from core.redis import REDIS_ERRORS
 from runs import states
 from tenants.services import slug_for_schema
 
@@ -65,7 +64,7 @@ def flush(client) -> bool:
     """Add the recorded figures to Redis; False (figures kept) if Redis did not answer."""
     try:
         LEADER.flush(client, at=time.time())
-    except redis.RedisError:
+    except REDIS_ERRORS:
         return False
     return True
 
@@ -94,5 +93,5 @@ def announce(client, holder: str, lease_seconds: float, *, partitions: int = 1) 
         gone = pipe.execute()[1]
         if gone:
             client.hdel(schedulers_partitions_key(), *gone)
-    except redis.RedisError:
+    except REDIS_ERRORS:
         pass  # the lease handling notices Redis is away; this is only a figure

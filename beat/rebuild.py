@@ -14,11 +14,12 @@ other or an edit, they only repeat work. Phases:
 1. jobs: every schedulable job, each tenant's soonest first (so that the jobs due next
    fire again first), tenants taken round-robin;
 2. runs: every run waiting for admission, into the runs index;
-3. republish (only when Redis lost its data): every run queued before the rebuild began is
-   published again, since its broker message went with Redis (a duplicate delivery claims
-   nothing). Runs queued since were published into the Redis that is there now: publishing
-   them again only doubled the broker's work (a burst of 100,000 due during a rebuild left
-   40,000 duplicates in the backlog);
+3. republish (only when Redis lost its data and was the broker): every run queued before
+   the rebuild began is published again, since its message went with Redis (a duplicate
+   delivery claims nothing). Runs queued since were published into the Redis that is there
+   now: publishing them again only doubled the broker's work (a burst of 100,000 due during
+   a rebuild left 40,000 duplicates in the backlog). RabbitMQ keeps its messages when
+   Redis loses its data, so on it this phase is skipped;
 4. prune (the `rebuild_index` command): members whose job is gone or unschedulable are
    removed, by compare-and-set and re-checked, so that a job resumed meanwhile stays.
 
@@ -39,6 +40,7 @@ from django.db import connection
 from psycopg import sql
 
 from core import index
+from core.broker import is_amqp
 from core.keys import partition_count, rebuild_state_key
 from core.logs import log_event
 from core.sql import table
@@ -111,7 +113,10 @@ class IndexRebuild:
         return bool(self.client.exists(self.key))
 
     def start(self, *, lost: bool, prune: bool) -> None:
-        phases = ["jobs", "runs"] + (["republish"] if lost else []) + (["prune"] if prune else [])
+        # RabbitMQ keeps its messages when Redis loses its data: nothing to publish again.
+        republish = lost and not is_amqp()
+        phases = ["jobs", "runs"] + (["republish"] if republish else [])
+        phases += ["prune"] if prune else []
         self.id, self.prune = uuid.uuid4().hex, prune
         with connection.cursor() as cursor:  # queued_at is the database's clock too
             cursor.execute("SELECT clock_timestamp()")

@@ -1,10 +1,11 @@
 """Names of the engine's Redis keys. All are rebuildable from PostgreSQL (invariant 6).
 
 The keys a leader writes are per partition (docs/adr/0020): with `SCHEDULER_PARTITIONS`
-above 1 each carries the hash tag `{p<n>.<P>}`, so that one partition's keys, the fencing
-scripts' lock among them, share one Redis Cluster slot; the partition count is in the tag,
-so a changed count starts from empty indexes (rebuilt from PostgreSQL). With one partition
-the names are those of a single leader (no tag), as before partitions existed.
+above 1, or on a Redis Cluster (`REDIS_CLUSTER`), each carries the hash tag `{p<n>.<P>}`,
+so that one partition's keys, the fencing scripts' lock among them, share one cluster
+slot; the partition count is in the tag, so a changed count starts from empty indexes
+(rebuilt from PostgreSQL). With one partition on a single Redis the names are those of a
+single leader (no tag), as before partitions existed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def tenant_partition(tenant_id: int) -> int:
 
 def _pkey(partition: int, *parts: str) -> str:
     count = partition_count()
-    if count == 1:
+    if count == 1 and not settings.REDIS_CLUSTER:
         return _key(*parts)
     if not 0 <= partition < count:
         raise ValueError(f"partition {partition} is not in 0..{count - 1}")

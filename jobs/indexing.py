@@ -16,13 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-import redis
 from django.db import connection, transaction
 from psycopg import sql
 
 from core import index
 from core.keys import tenant_partition, wake_key
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis
 from core.sql import pg_array, table, without_waiting_for_disk
 from tenants.models import Tenant
 
@@ -117,7 +116,7 @@ def best_effort(write_index: Callable[[], None]) -> None:
     request must not fail for it."""
     try:
         write_index()
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("time index not updated now (%s); the leader's sync will catch up", exc)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 
-import redis
 from django.conf import settings
 
-from core.redis import redis_key
+from core.redis import REDIS_ERRORS, redis_key
 from scheduler_site.api.throttling import take_slot
 from tenants.models import Tenant
 
@@ -19,6 +18,6 @@ def trigger_allowed(tenant: Tenant) -> bool:
     key = redis_key("api", "manual-triggers", tenant.pk)
     try:
         return take_slot(key, settings.SCHEDULER_MANUAL_TRIGGERS_PER_MINUTE) is None
-    except redis.RedisError:
+    except REDIS_ERRORS:
         log.warning("manual trigger throttle unavailable: Redis error", exc_info=True)
         return True

@@ -13,13 +13,12 @@ import time
 from datetime import datetime
 from typing import Any
 
-import redis
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.db import connection, transaction
 
 from core import index
 from core.keys import admission_waiting_key, ended_key, tenant_partition, wake_key
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis, pipeline_eval
 from jobs.indexing import best_effort
 
 log = logging.getLogger("runs.notify")
@@ -45,7 +44,7 @@ def enqueue_retry_on_commit(schema: str, run_id: Any, due_at: datetime) -> None:
             index.put_runs(pipe, [(tenant_id, run_id, due_at)])
             pipe.execute()
             index.wake(client, "run", partitions=[tenant_partition(tenant_id)])
-        except redis.RedisError:
+        except REDIS_ERRORS:
             pass  # the relay finds the retry in PostgreSQL once it is overdue
 
     transaction.on_commit(push)
@@ -173,10 +172,11 @@ class EndedReporter:
     def _send(self, batch: list) -> None:
         if not batch:
             return
-        with contextlib.suppress(redis.RedisError):
-            pipe = get_redis().pipeline(transaction=False)
+        with contextlib.suppress(*REDIS_ERRORS):
+            client = get_redis()
+            pipe = client.pipeline(transaction=False)
             for keys, args in batch:
-                pipe.eval(_ENDED_SCRIPT, 3, *keys, *args)
+                pipeline_eval(client, pipe, _ENDED_SCRIPT, keys, args)
             pipe.execute(raise_on_error=False)
 
 

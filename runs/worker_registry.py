@@ -20,7 +20,7 @@ import redis
 from celery.signals import worker_ready, worker_shutdown
 
 from core.keys import workers_key
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis
 
 log = logging.getLogger("runs.worker_registry")
 
@@ -66,7 +66,7 @@ def _refresh_forever(slots: int) -> None:
             client = get_redis()
             _member = register(slots, client=client)
             client.zremrangebyscore(workers_key(), "-inf", time.time())  # the dead ones
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("worker registration not refreshed: %s", exc)
 
 
@@ -77,7 +77,7 @@ def _on_worker_ready(sender=None, **_: object) -> None:
     slots = slots_of(int(getattr(controller, "concurrency", 1) or 1))
     try:
         _member = register(slots)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("worker not registered (the leader uses its minimum watermark): %s", exc)
     threading.Thread(
         target=_refresh_forever, args=(slots,), name="worker-registry", daemon=True
@@ -88,5 +88,5 @@ def _on_worker_ready(sender=None, **_: object) -> None:
 def _on_worker_shutdown(**_: object) -> None:
     _stop.set()
     if _member is not None:
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(*REDIS_ERRORS):
             get_redis().zrem(workers_key(), _member)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import redis
-from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
@@ -22,10 +20,15 @@ def check_database() -> str | None:
 
 
 def check_redis() -> str | None:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1)
+    from core.redis import REDIS_ERRORS, new_redis
+
+    try:
+        client = new_redis(socket_connect_timeout=1, socket_timeout=1)
+    except (*REDIS_ERRORS, OSError) as exc:  # a cluster client reads the slot map at once
+        return f"redis unreachable: {exc.__class__.__name__}: {str(exc).strip()[:200]}"
     try:
         client.ping()
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         return f"redis unreachable: {exc.__class__.__name__}: {str(exc).strip()[:200]}"
     finally:
         client.close()

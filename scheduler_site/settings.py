@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -193,6 +194,16 @@ DATABASE_ROUTERS = ("django_tenants.routers.TenantSyncRouter",)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# REDIS_URL names one node of a Redis Cluster, which the client discovers from it
+# (docs/operations.md "Redis Cluster"): each partition's keys share one hash slot.
+REDIS_CLUSTER = env_bool("REDIS_CLUSTER", False)
+# More nodes to find the cluster through (`host:port,host:port`), besides REDIS_URL's.
+REDIS_CLUSTER_NODES = []
+for _node in env_list("REDIS_CLUSTER_NODES", []):
+    _host, _, _port = _node.rpartition(":")
+    if not _host or not _port.isdigit():
+        raise ImproperlyConfigured(f"REDIS_CLUSTER_NODES: {_node!r} is not host:port")
+    REDIS_CLUSTER_NODES.append((_host, int(_port)))
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -370,6 +381,16 @@ if CELERY_BROKER_URL != REDIS_URL and CELERY_BROKER_URL.split("://", 1)[0] not i
         "CELERY_BROKER_URL must be REDIS_URL (or unset) or a RabbitMQ URL (amqp://...):"
         " the scheduler publishes runs to one of those, and another broker (another Redis,"
         " SQS, ...) is not supported"
+    )
+if REDIS_CLUSTER and CELERY_BROKER_URL.split("://", 1)[0] not in ("amqp", "pyamqp", "amqps"):
+    # Celery's Redis transport (kombu) talks to one Redis server, not to a cluster.
+    raise ImproperlyConfigured(
+        "REDIS_CLUSTER=1 needs CELERY_BROKER_URL=amqp://... (RabbitMQ): Celery's Redis"
+        " transport does not run on a Redis Cluster"
+    )
+if REDIS_CLUSTER and urlsplit(REDIS_URL).path.strip("/") not in ("", "0"):
+    raise ImproperlyConfigured(
+        f"REDIS_URL={REDIS_URL!r}: a Redis Cluster has database 0 only (drop the /<db>)"
     )
 # RabbitMQ (ADR 0019): the bound on the leader's connect, each read and write, and the wait
 # for a chunk's publisher confirms; also the bound on the depth reads (admission, metrics).

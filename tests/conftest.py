@@ -207,3 +207,46 @@ def amqp_broker(rabbitmq_url, settings):
     reset_queues(rabbitmq_url)
     yield rabbitmq_url
     reset_queues(rabbitmq_url)
+
+
+# --- Redis Cluster (docs/operations.md "Redis Cluster") ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """Three primaries, each with a replica, of this machine's redis-server made one
+    cluster for the session (a skip saying why where redis-server or redis-cli is missing)."""
+    from tests.redis_cluster import LocalRedisCluster, missing_tools
+
+    reason = missing_tools()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"), replicas=1)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()  # the nodes started, whether or not they became a cluster
+
+
+@pytest.fixture
+def on_redis_cluster(redis_cluster, amqp_broker, settings):
+    """This test's Redis is the cluster (REDIS_CLUSTER, its broker RabbitMQ as a cluster
+    requires): a cluster client, every primary emptied before and after."""
+    from core.redis import get_redis
+    from runs.notify import ENDED_REPORTER
+
+    assert ENDED_REPORTER.flush(5)  # the last test's reports go to the Redis they were for
+    redis_cluster.restart_dead()  # a test that failed before restarting what it killed
+    redis_cluster.wait_healthy()
+    settings.REDIS_URL = redis_cluster.url
+    settings.REDIS_CLUSTER = True
+    settings.REDIS_CLUSTER_NODES = [("127.0.0.1", port) for port in redis_cluster.ports]
+    client = get_redis()
+    client.nodes_manager.initialize()
+    client.flushdb(target_nodes="primaries")
+    yield client
+    assert ENDED_REPORTER.flush(5)
+    # A test may have failed a primary over: FLUSHDB goes by the client's node list, not by
+    # key (no MOVED to correct it), so read the slot map again first.
+    client.nodes_manager.initialize()
+    client.flushdb(target_nodes="primaries")

@@ -9,12 +9,11 @@ import time
 import uuid
 from typing import Any
 
-import redis
 from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from core.redis import get_redis, redis_key
+from core.redis import REDIS_ERRORS, KeyedScript, get_redis, redis_key
 
 from .authentication import tenant_of
 
@@ -34,14 +33,15 @@ end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return math.max(1, tonumber(oldest[2]) + window - now)
 """
+_SLIDING_WINDOW = KeyedScript(SLIDING_WINDOW)
 WINDOW_MS = 60_000
 
 
 def take_slot(key: str, limit: int, window_ms: int = WINDOW_MS) -> float | None:
     """None if admitted, else the seconds to wait."""
     now_ms = int(time.time() * 1000)
-    script = get_redis().register_script(SLIDING_WINDOW)
-    waited = int(script(keys=[key], args=[now_ms, window_ms, limit, uuid.uuid4().hex]))
+    args = [now_ms, window_ms, limit, uuid.uuid4().hex]
+    waited = int(_SLIDING_WINDOW(keys=[key], args=args, client=get_redis()))
     return None if waited < 0 else math.ceil(waited / 1000)
 
 
@@ -55,7 +55,7 @@ class ManualTriggerThrottle(BaseThrottle):
         key = redis_key("api", "manual-triggers", tenant_of(request).pk)
         try:
             self._wait = take_slot(key, settings.SCHEDULER_MANUAL_TRIGGERS_PER_MINUTE)
-        except redis.RedisError:
+        except REDIS_ERRORS:
             # A rate limit protects the service; it is not worth refusing every trigger.
             logger.warning("manual trigger throttle unavailable: Redis error", exc_info=True)
             return True

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hmac
 import os
 
-import redis
 from django.conf import settings
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
@@ -26,7 +25,7 @@ from prometheus_client.samples import Sample
 
 from core.keys import metrics_leader_key
 from core.metrics import LEADER
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis
 
 from .facts import FactsCollector
 
@@ -65,7 +64,7 @@ def host_families() -> list[Metric]:
 def leader_families(client=None) -> list[Metric]:
     try:
         raw = (client or get_redis()).hgetall(metrics_leader_key())
-    except redis.RedisError:
+    except REDIS_ERRORS:
         return []
     return LEADER.families(raw)
 

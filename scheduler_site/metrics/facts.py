@@ -21,7 +21,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -38,7 +37,7 @@ from core.keys import (
     workers_key,
 )
 from core.metrics import tenant_label
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis
 from core.sql import table
 from runs.status_sql import STATUS
 
@@ -371,14 +370,14 @@ class FactsCollector:
     def clear(self) -> None:
         """Forget the shared facts (tests): the next scrape computes them anew."""
         self._generation += 1
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(*REDIS_ERRORS):
             get_redis().delete(metrics_facts_key(), _lock_key())
 
     def collect(self) -> list[Metric]:
         client = get_redis()
         try:
             cached = _load(client.get(metrics_facts_key()))
-        except redis.RedisError:
+        except REDIS_ERRORS:
             return compute()  # no shared cache: computed here, bounded
         age = time.time() - cached.at if cached else float("inf")
         if age >= settings.METRICS_CACHE_SECONDS and _claim(client):
@@ -517,7 +516,7 @@ def compute(*, prepared: bool = False) -> list[Metric]:
     try:
         families += redis_facts(slugs)
         up["redis"] = 1
-    except Exception:  # redis.RedisError, or a value that does not parse
+    except Exception:  # a Redis error, or a value that does not parse
         up["redis"] = 0
     if is_amqp():
         try:

@@ -50,6 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="sample each scheduler with py-spy and print where its fire step's time goes",
     )
+    scale = sub.add_parser(
+        "partitioned-scale",
+        help="registered jobs with P partitions: iteration cost, memory, takeover time",
+    )
+    scale.add_argument("--size", type=int, default=1_000_000, help="registered jobs")
+    scale.add_argument("--partitions", type=int, default=4)
+    scale.add_argument("--tenants", type=int, default=40)
+    scale.add_argument("--due", type=int, default=1000)
+    scale.add_argument("--repeats", type=int, default=5)
+    scale.add_argument("--kills", type=int, default=5, help="schedulers killed, one at a time")
+    scale.add_argument("--keep", action="store_true", help="reuse the jobs a previous run loaded")
     thr = sub.add_parser("throughput", help="noop runs/s vs plain Celery, side by side")
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
@@ -150,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_scrape,
         outbound,
         partitioned_fire,
+        partitioned_scale,
         portal_pages,
         provisioning,
         retention,
@@ -231,6 +243,16 @@ def main(argv: list[str] | None = None) -> int:
             args.tenants,
             profile=args.profile,
         )
+    elif args.bench == "partitioned-scale":
+        result = partitioned_scale.run(
+            args.size,
+            args.partitions,
+            args.tenants,
+            args.due,
+            args.repeats,
+            args.kills,
+            keep=args.keep,
+        )
     elif args.bench == "fire-lag":
         result = fire_lag.run(
             args.count, args.spread, args.tenants, admission=not args.no_admission
@@ -244,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "fire_lag": lambda: fire_lag.run(2000, 2, tenant_count=4, lead_seconds=5, lookahead=10),
             "partitioned_fire": lambda: partitioned_fire.run(1000, [2], [2], 4, lookahead=3),
+            "partitioned_scale": lambda: partitioned_scale.run(
+                20_000, partitions=2, tenant_count=8, due=200, repeats=1, kills=1
+            ),
             "many_tenants": lambda: many_tenants.run(
                 50, 12, jobs=2, interval=5, modes=("bounded",), failover=True, lead_in=8
             ),

@@ -79,8 +79,16 @@ def _instrumented(engine: Engine, breakdown: Breakdown) -> None:
 
 
 def measure(
-    size: int, tenants, due: int, repeats: int, profile: bool = False, breakdown: bool = False
+    size: int,
+    tenants,
+    due: int,
+    repeats: int,
+    profile: bool = False,
+    breakdown: bool = False,
+    partition: int = 0,
 ) -> dict:
+    """`due` jobs of `tenants` (all in `partition`) materialised and fired by a fresh
+    leader of that partition, `repeats` times."""
     client = get_redis()
     materialise_ms, fire_ms = [], []
     profiler = cProfile.Profile() if profile else None
@@ -92,13 +100,14 @@ def measure(
         engine = Engine(
             client=client,
             clock=clock,
-            epoch=bump_epoch("bench"),
+            epoch=bump_epoch("bench", partition=partition),
             config=EngineConfig(
                 lookahead_seconds=30,
                 admission=UNBOUNDED_ADMISSION,
                 materialise_batch=max(due, 5000),
             ),
             origin="bench",
+            partition=partition,
         )
         parts = Breakdown() if breakdown and repeat == repeats - 1 else None
         with ExitStack() as stack:

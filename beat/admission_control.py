@@ -41,7 +41,7 @@ from psycopg import sql
 
 from core.broker import amqp_queue_names, is_amqp, queue_depths
 from core.keys import admission_stats_key, admission_waiting_key, ended_key, workers_key
-from core.redis import REDIS_UNAVAILABLE
+from core.redis import REDIS_ERRORS
 from core.sql import per_schema, table, tagged_union
 from runs.status_sql import STATUS
 
@@ -283,7 +283,7 @@ class AdmissionControl:
         pipe.zrangebyscore(workers_key(), now, "+inf")
         try:
             *lengths, members = pipe.execute()
-        except REDIS_UNAVAILABLE:
+        except REDIS_ERRORS:
             if not self.amqp:
                 raise  # the broker's own lists: no room can be told
             # On a Redis Cluster the workers' registrations are on a slot of their own:

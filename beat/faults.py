@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfoNotFoundError
 from django.db import DatabaseError, InterfaceError, connection, transaction
 
 from core.logs import log_event
-from core.redis import REDIS_UNAVAILABLE
+from core.redis import REDIS_ERRORS
 from jobs.schedules import ScheduleError
 from tenants.services import slug_for_schema
 
@@ -52,7 +52,7 @@ JOB_DATA_ERRORS = (ScheduleError, ZoneInfoNotFoundError, ValueError, TypeError, 
 
 def must_step_down(exc: BaseException) -> bool:
     """True when the error says this process cannot (or must not) go on writing."""
-    if isinstance(exc, (LeaseLost, FencingError, *REDIS_UNAVAILABLE, InterfaceError)):
+    if isinstance(exc, (LeaseLost, FencingError, *REDIS_ERRORS, InterfaceError)):
         return True
     if isinstance(exc, DatabaseError):
         raw = connection.connection

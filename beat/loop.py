@@ -40,7 +40,7 @@ from core.keys import (
     wake_key,
 )
 from core.logs import log_event
-from core.redis import REDIS_UNAVAILABLE
+from core.redis import REDIS_ERRORS
 
 from .alerting import Alerting
 from .amqp_writes import leader_writes
@@ -55,7 +55,7 @@ log = logging.getLogger("beat.loop")
 
 FLEET_ERROR_LOG_SECONDS = 5.0  # one warning per this while the fleet's keys cannot be read
 UNABLE_SECONDS = 5.0  # after a failed take, how long a process does not count itself live
-STEP_DOWN_ERRORS = (LeaseLost, FencingError, *REDIS_UNAVAILABLE, OperationalError, InterfaceError)
+STEP_DOWN_ERRORS = (LeaseLost, FencingError, *REDIS_ERRORS, OperationalError, InterfaceError)
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 
 
@@ -105,6 +105,8 @@ class PartitionLeader:
         self.engine.faults.adopt(self.client, faults_key(self.partition))
         self.ensure_index()
         self.engine.relay(force=True)
+        if self.alerting is not None:  # a leadership that ended without its step-down
+            self.alerting.stop()
         self.alerting = Alerting(self.engine)
         self.alerting.start()
         return True
@@ -266,7 +268,7 @@ class SchedulerProcess:
         if self.partition_count == 1:  # one lease: take it whenever it is free
             try:
                 view = self._read_fleet()
-            except REDIS_UNAVAILABLE as exc:
+            except REDIS_ERRORS as exc:
                 if self.held():
                     # On a Redis Cluster the fleet's keys are on other slots than the
                     # partition's: its own lease renewal (next) decides, as with several.
@@ -285,7 +287,7 @@ class SchedulerProcess:
     def _rebalance_unless_unreadable(self) -> None:
         try:
             self.rebalance()
-        except REDIS_UNAVAILABLE as exc:
+        except REDIS_ERRORS as exc:
             # The fleet's view reads every partition's keys: on a Redis Cluster, several
             # nodes. One node away (a primary failing over) must not cost the partitions
             # held on the others: each goes on while its own lease renews, and the one whose
@@ -437,8 +439,12 @@ class SchedulerProcess:
         return holders, live
 
     def step_down(self, reason: str) -> None:
-        for leader in self.held():
-            leader.step_down(reason)
+        # Also the partitions whose lease a failed renewal already marked lost (it raises
+        # after clearing the epoch): their engine and alert thread must go too, and the
+        # step-down be logged.
+        for leader in self.partitions:
+            if leader.held or leader.engine is not None:
+                leader.step_down(reason)
 
     # --- one turn ----------------------------------------------------------------------------
     def lead_once(self) -> float:
@@ -526,6 +532,7 @@ class SchedulerProcess:
                 time.sleep(remaining)
             else:
                 keys = [wake_key(p.partition) for p in held]
+                poll_ends = time.monotonic() + remaining
                 try:
                     popped = self.client.blpop(keys[:1], timeout=remaining)
                     pipe = self.client.pipeline(transaction=False)
@@ -533,11 +540,11 @@ class SchedulerProcess:
                         pipe.lpop(key, 1000)
                     woken = [popped[1]] if popped else []
                     woken += [raw for batch in pipe.execute() if batch for raw in batch]
-                except REDIS_UNAVAILABLE as exc:
+                except REDIS_ERRORS as exc:
                     # One node of a cluster away: lead at once, each partition finding out
                     # by its own lease whether its keys are still there (see try_lead).
                     self._fleet_unreadable(exc)
-                    time.sleep(max(remaining, 0))
+                    time.sleep(max(poll_ends - time.monotonic(), 0))  # not a busy loop
                     return
                 if woken:
                     for raw in woken:

@@ -16,16 +16,15 @@ from typing import Any
 import redis
 from django.conf import settings
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import NoScriptError, RedisClusterException
 
-# Anything the Redis client raises, a cluster client's own errors included (no node
-# reachable, a slot not served while a replica is promoted, and its refusals of a command
-# it cannot route): for best-effort writes and reads, which give up quietly either way.
+# Anything the Redis client raises. A cluster client's own errors are not `RedisError`s,
+# and they include outages: "Redis Cluster cannot be connected" (no node answers, raised
+# by the slot map's refresh inside any command) and a slot not served while a replica is
+# promoted. The leader steps down on all of them (always safe: it leads again when Redis
+# answers); a command the client cannot route at all would be a bug, which the tests
+# against a real cluster are there to catch.
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterException)
-# Only what says Redis is away or failing over: the leader steps down on these and leads
-# again when Redis answers. Another cluster client error (a command it cannot route) is a
-# bug, which the leader reports with its traceback and backs off from.
-REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (redis.RedisError, SlotNotCoveredError)
 
 # Bounded waits: a node that does not accept or answer fails the command instead of
 # wedging the caller (the leader's renewal, a worker's report).

@@ -203,7 +203,7 @@ for _node in env_list("REDIS_CLUSTER_NODES", []):
     _host, _, _port = _node.rpartition(":")
     if not _host or not _port.isdigit():
         raise ImproperlyConfigured(f"REDIS_CLUSTER_NODES: {_node!r} is not host:port")
-    REDIS_CLUSTER_NODES.append((_host, int(_port)))
+    REDIS_CLUSTER_NODES.append((_host.strip("[]"), int(_port)))  # [::1]:7000 too
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -166,19 +166,21 @@ class LocalRedisCluster:
         os.killpg(node.pid, signal.SIGKILL)
         node.wait(10)
 
-    def restart(self, port: int) -> None:
-        """Start a killed node again with its cluster config: it rejoins as a replica of
-        the primary promoted in its place."""
-        if self.nodes[port].poll() is None:
-            raise RuntimeError(f"the node on {port} is running")
-        self._start_node(port)
-        self._wait(lambda: redis.Redis(port=port, socket_timeout=1).ping(), 20)
+    def restart(self, *ports: int) -> None:
+        """Start killed nodes again with their cluster config: a primary whose replica was
+        promoted meanwhile rejoins as that one's replica."""
+        for port in ports:
+            if self.nodes[port].poll() is None:
+                raise RuntimeError(f"the node on {port} is running")
+            self._start_node(port)
+        for port in ports:
+            self._wait(lambda p=port: redis.Redis(port=p, socket_timeout=1).ping(), 20)
         self.wait_healthy()
 
     def restart_dead(self) -> None:
-        for port in self.ports:
-            if self.nodes[port].poll() is not None:
-                self.restart(port)
+        dead = [port for port in self.ports if self.nodes[port].poll() is not None]
+        if dead:
+            self.restart(*dead)
 
     def stop(self) -> None:
         for node in self.nodes.values():

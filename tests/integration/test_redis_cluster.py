@@ -384,3 +384,36 @@ def test_pipelined_scripts_reach_their_node_with_the_default_node_away(
         assert client.lrange(keys.ended_key(partition), 0, -1) == [f"{alpha.id}:run-9:1".encode()]
     finally:
         redis_cluster.restart_dead()
+
+
+def test_a_cluster_entirely_away_is_a_step_down_not_an_error(
+    live, on_redis_cluster, redis_cluster, amqp_broker, new_process
+):
+    """Every node killed: the client's own "cannot be connected" (not a RedisError) makes
+    the leader step down as for any Redis outage, not back off as from a bug, and it
+    leads again as soon as the cluster is back."""
+    import threading
+
+    clock = FakeClock(START)
+    make_job(live["alpha"].tenant, clock, name="each-second", schedule={"interval_seconds": 1})
+    process = new_process("host:1", clock)
+    assert process.try_lead()
+    [leader] = process.partitions
+    engine = leader.engine
+    stop = threading.Event()
+    try:
+        for port in redis_cluster.live_ports():
+            redis_cluster.kill(port)
+        for _ in range(3):
+            process.run_once(stop)
+            clock.advance(1)
+        assert not process.held() and leader.engine is None and engine is not None
+        assert leader.error_backoff == 0  # stepped down, not failed
+    finally:
+        redis_cluster.restart_dead()
+    for _ in range(50):
+        process.run_once(stop)
+        clock.advance(1)
+        if process.held():
+            break
+    assert process.held() and leader.error_backoff == 0

@@ -3,10 +3,11 @@ import threading
 
 from django.core.management.base import BaseCommand
 
+from beat.lease import log_redis_unreachable
 from beat.loop import SchedulerProcess
 from core.clock import SystemClock
 from core.gc_pause import freeze_startup_objects
-from core.redis import get_redis
+from core.redis import REDIS_ERRORS, get_redis
 
 
 class Command(BaseCommand):
@@ -16,6 +17,14 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        process = SchedulerProcess(client=get_redis(), clock=SystemClock())
+        client = None
+        while client is None:  # a cluster client reads the slot map as it is made
+            try:
+                client = get_redis()
+            except REDIS_ERRORS as exc:
+                log_redis_unreachable(exc)
+                if stop.wait(1.0):
+                    return
+        process = SchedulerProcess(client=client, clock=SystemClock())
         freeze_startup_objects()
         process.run(stop)

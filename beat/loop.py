@@ -105,8 +105,6 @@ class PartitionLeader:
         self.engine.faults.adopt(self.client, faults_key(self.partition))
         self.ensure_index()
         self.engine.relay(force=True)
-        if self.alerting is not None:  # a leadership that ended without its step-down
-            self.alerting.stop()
         self.alerting = Alerting(self.engine)
         self.alerting.start()
         return True

@@ -32,24 +32,25 @@ CONNECT_TIMEOUT_SECONDS = 2
 SOCKET_TIMEOUT_SECONDS = 10
 
 
-@lru_cache(maxsize=4)
-def _client(url: str, cluster: bool) -> redis.Redis | RedisCluster:
-    options = {
-        "socket_connect_timeout": CONNECT_TIMEOUT_SECONDS,
-        "socket_timeout": SOCKET_TIMEOUT_SECONDS,
-        "health_check_interval": 30,
-    }
+def _make(url: str, cluster: bool, **options) -> redis.Redis | RedisCluster:
+    """A cluster client finds the cluster through REDIS_URL's node or any of
+    REDIS_CLUSTER_NODES: with only one node to ask, a process started while that node is
+    away could not start at all, even with its slots served by a promoted replica."""
     if cluster:
-        return _cluster(url, **options)
+        nodes = [ClusterNode(host, int(port)) for host, port in settings.REDIS_CLUSTER_NODES]
+        return RedisCluster.from_url(url, startup_nodes=nodes, **options)
     return redis.Redis.from_url(url, **options)
 
 
-def _cluster(url: str, **options) -> RedisCluster:
-    """A cluster client that finds the cluster through REDIS_URL's node or any of
-    REDIS_CLUSTER_NODES: with only one node to ask, a process started while that node is
-    away could not start at all, even with its slots served by a promoted replica."""
-    nodes = [ClusterNode(host, int(port)) for host, port in settings.REDIS_CLUSTER_NODES]
-    return RedisCluster.from_url(url, startup_nodes=nodes, **options)
+@lru_cache(maxsize=4)
+def _client(url: str, cluster: bool) -> redis.Redis | RedisCluster:
+    return _make(
+        url,
+        cluster,
+        socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        health_check_interval=30,
+    )
 
 
 def get_redis() -> redis.Redis | RedisCluster:
@@ -59,10 +60,7 @@ def get_redis() -> redis.Redis | RedisCluster:
 def new_redis(url: str | None = None, **options) -> redis.Redis | RedisCluster:
     """A client of its own (closed by the caller), for REDIS_URL unless `url` is given: a
     Redis Cluster client when the deployment runs on one."""
-    url = settings.REDIS_URL if url is None else url
-    if settings.REDIS_CLUSTER:
-        return _cluster(url, **options)
-    return redis.Redis.from_url(url, **options)
+    return _make(settings.REDIS_URL if url is None else url, settings.REDIS_CLUSTER, **options)
 
 
 class KeyedScript:

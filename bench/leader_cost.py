@@ -163,10 +163,19 @@ def measure(
     }
 
 
-def storage_figures(client, tenants) -> dict:
-    """Redis bytes per indexed job and PostgreSQL bytes per job (table + indexes)."""
-    members = client.zcard(index_key())
-    index_bytes = client.memory_usage(index_key(), samples=0) or 0
+def storage_figures(client, tenants, partitions: int = 1) -> dict:
+    """Redis bytes per indexed job and PostgreSQL bytes per job (table + indexes), over
+    the `partitions` partitions' indexes (each one's members listed)."""
+    per_partition = [
+        {
+            "partition": n,
+            "members": client.zcard(index_key(n)),
+            "bytes": client.memory_usage(index_key(n), samples=0) or 0,
+        }
+        for n in range(partitions)
+    ]
+    members = sum(p["members"] for p in per_partition)
+    index_bytes = sum(p["bytes"] for p in per_partition)
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT sum(pg_total_relation_size(format('%%I.jobs_job', schema_name)::regclass)) "
@@ -182,6 +191,7 @@ def storage_figures(client, tenants) -> dict:
         "redis_used_memory_bytes": client.info("memory")["used_memory"],
         "pg_jobs_bytes_per_job": round(jobs_bytes / members, 1) if members else None,
         "pg_database_bytes": database_bytes,
+        "per_partition": per_partition,
     }
 
 

@@ -19,14 +19,13 @@ import statistics
 import time
 from pathlib import Path
 
-from django.db import connection
 from django.test import override_settings
 
-from core.keys import index_built_key, index_key, leader_info_key
+from core.keys import index_built_key, leader_info_key
 from core.partitions import partition_of
 from core.redis import get_redis
 
-from .leader_cost import X, _grow, measure
+from .leader_cost import X, _grow, measure, storage_figures
 from .processes import kill9, start_scheduler, stop, tree_rss_bytes, wait_until
 from .world import bench_tenants, copy_jobs, drop_bench_data, job_count
 
@@ -51,30 +50,6 @@ def _pid_of(holder: str | None) -> int | None:
         return int(holder.rsplit(":", 1)[1].split()[0])
     except (IndexError, ValueError):
         return None
-
-
-def _memory(client, partitions: int) -> dict:
-    per_partition = []
-    for n in range(partitions):
-        per_partition.append(
-            {
-                "partition": n,
-                "members": client.zcard(index_key(n)),
-                "bytes": client.memory_usage(index_key(n), samples=0) or 0,
-            }
-        )
-    members = sum(p["members"] for p in per_partition)
-    index_bytes = sum(p["bytes"] for p in per_partition)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_database_size(current_database())")
-        database_bytes = cursor.fetchone()[0]
-    return {
-        "index_members": members,
-        "index_bytes_per_job": round(index_bytes / members, 1) if members else None,
-        "redis_used_memory_bytes": client.info("memory")["used_memory"],
-        "pg_database_bytes": database_bytes,
-        "per_partition": per_partition,
-    }
 
 
 def _takeovers(client, partitions: int, kills: int) -> dict:
@@ -176,10 +151,10 @@ def run(
                 f" ms, fire {row['fire_ms']:.1f} ms, iteration {row['iteration_ms']:.1f} ms",
                 flush=True,
             )
-        memory = _memory(client, partitions)
+        memory = storage_figures(client, tenants, partitions)
         print(
             f"  Redis used_memory {memory['redis_used_memory_bytes'] / 2**20:,.0f} MiB, index "
-            f"{memory['index_bytes_per_job']} B/job over {memory['index_members']:,} members "
+            f"{memory['redis_index_bytes_per_job']} B/job over {memory['index_members']:,} members "
             f"({[p['members'] for p in memory['per_partition']]} per partition); PostgreSQL "
             f"{memory['pg_database_bytes'] / 2**30:.2f} GiB",
             flush=True,

@@ -109,6 +109,7 @@ AMQP = "amqp://guest:guest@127.0.0.1:5672//"
         ({"CELERY_BROKER_URL": AMQP, "REDIS_URL": "redis://127.0.0.1:7000/3"}, "database 0"),
         ({"CELERY_BROKER_URL": AMQP, "REDIS_CLUSTER_NODES": "node-2"}, "'node-2' is not host:port"),
         ({"CELERY_BROKER_URL": AMQP, "REDIS_CLUSTER_NODES": "node-2:7001, node-3:7002"}, None),
+        ({"CELERY_BROKER_URL": AMQP, "REDIS_CLUSTER_NODES": "[::1]:7001"}, None),
     ],
 )
 def test_the_cluster_settings_are_checked_at_start_up(extra, refusal):

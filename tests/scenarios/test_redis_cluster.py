@@ -131,3 +131,26 @@ def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
     assert f"stepping down from partition {second}" in during  # its primary went away
     if apart:  # alpha's partition, on a primary that stayed, was led throughout
         assert f"stepping down from partition {first}" not in during, during
+
+
+def test_a_scheduler_started_while_no_cluster_node_answers_waits_for_one(
+    live, rabbitmq_url, tmp_path
+):
+    """The cluster client reads the slot map as it is made: with no node answering,
+    `runscheduler` says so and waits (a plain client would have started as a standby)
+    instead of exiting with a traceback; it stops cleanly on SIGTERM."""
+    env = {
+        "REDIS_CLUSTER": "1",
+        "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens there
+        "REDIS_CLUSTER_NODES": "",
+        "CELERY_BROKER_URL": rabbitmq_url,
+    }
+    proc = scheduler(tmp_path, "waiting", **env)
+    try:
+        wait_for(lambda: "cannot reach Redis" in proc.log(), timeout=30, interval=0.2)
+        time.sleep(2)  # still there after several tries
+        assert proc.popen.poll() is None, proc.log()
+    finally:
+        proc.stop()
+    assert proc.popen.returncode == 0, proc.log()
+    assert "Traceback" not in proc.log()

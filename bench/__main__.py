@@ -70,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         default="redis",
         help="amqp: both sides on RabbitMQ (BENCH_AMQP_URL, default vhost tickwork_bench)",
     )
+    thr.add_argument(
+        "--pgbouncer",
+        type=int,
+        default=0,
+        metavar="SERVERS",
+        help="also a worker behind a transaction-pooling PgBouncer with SERVERS connections",
+    )
     pub = sub.add_parser("broker-publish", help="the leader's publish: RabbitMQ vs Redis")
     pub.add_argument("--count", type=int, default=10_000)
     pub.add_argument("--repeats", type=int, default=3)
@@ -201,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
 
         result = broker_publish.run(args.count, args.repeats)
     elif args.bench == "throughput":
-        result = throughput.run(args.count, args.repeats, broker=args.broker)
+        result = throughput.run(
+            args.count, args.repeats, broker=args.broker, pgbouncer_pool=args.pgbouncer
+        )
     elif args.bench == "many-tenants":
         result = many_tenants.run(
             args.tenants,

@@ -8,6 +8,7 @@ the benchmark's own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -35,16 +36,17 @@ from .processes import start_worker, stop, wait_until
 from .world import bench_tenants, drop_bench_data
 
 QUEUE, PLAIN_QUEUE = "runs.normal.0", "bench.plain"
+POOLED_QUEUE = "runs.normal.1"  # the worker behind PgBouncer (--pgbouncer) listens here
 
 
-def run_messages(schema: str, ids: list[str]) -> list[bytes]:
+def run_messages(schema: str, ids: list[str], queue: str = QUEUE) -> list[bytes]:
     """The messages the leader would publish for these queued runs (attempt 1)."""
     return [
         build_message(
             task_name="runs.execute_run",
             task_id=run_id,
             args=[schema, run_id, 1],
-            queue=QUEUE,
+            queue=queue,
             origin="bench",
         )
         for run_id in ids
@@ -140,20 +142,49 @@ def _last_finish(schema: str, ids: str) -> float:
         return cursor.fetchone()[0].timestamp()
 
 
-def _ours_round(client, schema: str, job_id: int, count: int) -> float:
+def _ours_round(client, schema: str, job_id: int, count: int, queue: str = QUEUE) -> float:
     ids = _queued_runs(schema, job_id, count)
-    messages = run_messages(schema, ids)
+    messages = run_messages(schema, ids, queue)
     literal = pg_array(ids)
     started = time.time()
-    _publish(client, QUEUE, messages)
-    PUBLISH_SECONDS.append(time.time() - started)
+    _publish(client, queue, messages)
+    if queue == QUEUE:
+        PUBLISH_SECONDS.append(time.time() - started)
     # Poll gently (the poll must not compete with the worker for the database), then
     # time the batch by its last finish as recorded by the worker.
     assert wait_until(lambda: _succeeded(schema, literal) >= count, 600, 0.5)
     return count / (_last_finish(schema, literal) - started)
 
 
-def run(count: int = 5000, repeats: int = 3, concurrency: int = 2, broker: str = "redis") -> dict:
+def _pooled_url(bouncer) -> str:
+    s = connection.settings_dict
+    return bouncer.url(s["NAME"], s.get("USER") or "postgres")
+
+
+def run(
+    count: int = 5000,
+    repeats: int = 3,
+    concurrency: int = 2,
+    broker: str = "redis",
+    pgbouncer_pool: int = 0,
+) -> dict:
+    """`pgbouncer_pool`: also run a second worker, its database behind a transaction-pooling
+    PgBouncer with this many server connections (DB_TRANSACTION_POOLING=1), side by side."""
+    if pgbouncer_pool and broker != "redis":
+        raise SystemExit("--pgbouncer runs on the Redis broker only")
+    with contextlib.ExitStack() as stack:
+        bouncer = None
+        if pgbouncer_pool:
+            from devstack.pgbouncer import running_pgbouncer, target_of
+
+            pg_host, pg_port = target_of(connection.settings_dict)
+            bouncer = stack.enter_context(
+                running_pgbouncer(pool_size=pgbouncer_pool, pg_host=pg_host, pg_port=pg_port)
+            )
+        return _run(count, repeats, concurrency, broker, bouncer)
+
+
+def _run(count: int, repeats: int, concurrency: int, broker: str, bouncer) -> dict:
     client = get_redis()
     worker_env: dict[str, str] = {}
     queues = f"{QUEUE},{PLAIN_QUEUE}"
@@ -186,14 +217,31 @@ def run(count: int = 5000, repeats: int = 3, concurrency: int = 2, broker: str =
         log=Path("bench/results/worker.log"),
         **worker_env,
     )
+    pooled_worker = None
+    if bouncer is not None:
+        pooled_worker = start_worker(
+            "-c",
+            str(concurrency),
+            "-Q",
+            POOLED_QUEUE,
+            log=Path("bench/results/worker-pgbouncer.log"),
+            DATABASE_URL=_pooled_url(bouncer),
+            DB_TRANSACTION_POOLING="1",
+        )
     try:
         _plain_round(client, 50)  # warm-up: the worker is up and connected
-        plain, ours = [], []
+        if pooled_worker is not None:
+            _ours_round(client, tenant.schema_name, job.id, 50, POOLED_QUEUE)
+        plain, ours, pooled = [], [], []
         for _ in range(repeats):
             plain.append(_plain_round(client, count))
             ours.append(_ours_round(client, tenant.schema_name, job.id, count))
+            if pooled_worker is not None:
+                pooled.append(_ours_round(client, tenant.schema_name, job.id, count, POOLED_QUEUE))
     finally:
         stop(worker)
+        if pooled_worker is not None:
+            stop(pooled_worker)
     result = {
         "broker": broker,
         "runs": count,
@@ -211,4 +259,16 @@ def run(count: int = 5000, repeats: int = 3, concurrency: int = 2, broker: str =
         f"{result['publish_per_s']:,.0f} messages/s",
         flush=True,
     )
+    if pooled:
+        result["pgbouncer_pool"] = bouncer.pool_size
+        result["tickwork_pgbouncer_per_s"] = statistics.median(pooled)
+        result["pgbouncer_ratio"] = statistics.median(
+            q / o for q, o in zip(pooled, ours, strict=True)
+        )
+        print(
+            f"the same worker behind PgBouncer (transaction pooling, {bouncer.pool_size} server "
+            f"connections, DB_TRANSACTION_POOLING=1): {result['tickwork_pgbouncer_per_s']:,.0f}/s,"
+            f" {result['pgbouncer_ratio']:.2f} of direct",
+            flush=True,
+        )
     return result

@@ -149,7 +149,14 @@ DB_POOL_MAX_SIZE = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
 _db = dj_database_url.parse(
     DATABASE_URL, conn_max_age=0 if DB_POOL_MAX_SIZE else env_int("DB_CONN_MAX_AGE", 60)
 )
-_db["ENGINE"] = "django_tenants.postgresql_backend"
+# django-tenants' backend; with DB_TRANSACTION_POOLING=1 it keeps each tenant's search_path
+# and the timeouts inside every transaction, for a transaction-pooling PgBouncer
+# (core/pgbackend/base.py; web and workers only: runscheduler and migrations refuse it).
+_db["ENGINE"] = "core.pgbackend"
+DB_TRANSACTION_POOLING = env_bool("DB_TRANSACTION_POOLING", False)
+if DB_TRANSACTION_POOLING:
+    _db["TRANSACTION_POOLING"] = True
+    _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 # Off (Django's default): a check costs a SELECT 1 per request or task; a connection
 # that failed is closed anyway by close_old_connections() before the next one.
 _db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
@@ -157,9 +164,9 @@ _db["CONN_HEALTH_CHECKS"] = env_bool("DB_CONN_HEALTH_CHECKS", False)
 # (a worker's claim and finish, the leader's fire): planning them cost ~1 ms each, more
 # than executing them. Prepared plans follow search_path changes (PostgreSQL re-plans a
 # cached statement when search_path differs), so tenant switching stays correct.
-# DB_PREPARE_THRESHOLD=0: no prepared statements. (PgBouncer: session pooling only, see
-# docs/operations.md "Connection budget".)
-if env_int("DB_PREPARE_THRESHOLD", 5, minimum=0):
+# DB_PREPARE_THRESHOLD=0: no prepared statements (always so with DB_TRANSACTION_POOLING:
+# PgBouncer 1.18 keeps no prepared statement across transactions).
+if env_int("DB_PREPARE_THRESHOLD", 5, minimum=0) and not DB_TRANSACTION_POOLING:
     _db.setdefault("OPTIONS", {})["server_side_binding"] = True
     _db["OPTIONS"]["prepare_threshold"] = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
 if DB_POOL_MAX_SIZE:
@@ -173,7 +180,8 @@ if DB_POOL_MAX_SIZE:
 # Every wait on PostgreSQL is bounded (0 turns one off). Sent as startup options, so they
 # hold from the first statement of every connection. A pooler that refuses startup
 # options (PgBouncer without ignore_startup_parameters): set all three to 0 and put them
-# on the database role instead (ALTER ROLE ... SET statement_timeout = ...).
+# on the database role instead (ALTER ROLE ... SET statement_timeout = ...). With
+# DB_TRANSACTION_POOLING they are not sent at start-up but set in every transaction.
 DB_STATEMENT_TIMEOUT_SECONDS = env_float("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0)
 DB_LOCK_TIMEOUT_SECONDS = env_float("DB_LOCK_TIMEOUT_SECONDS", 10.0, minimum=0)
 DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float(

@@ -29,6 +29,8 @@ from django_tenants.migration_executors import get_executor as tenants_get_execu
 from django_tenants.migration_executors.base import MigrationExecutor
 from psycopg import sql
 
+from core.pgbackend.base import require_session_connection
+
 from .schema_template import code_migrations
 
 # Schemas per chunk (two statements): one UNION ALL branch each, small enough to plan.
@@ -145,6 +147,8 @@ def _skipping(base: type[MigrationExecutor]) -> type[MigrationExecutor]:
 
 def get_executor(codename: str | None = None) -> type[MigrationExecutor]:
     """django-tenants' executor for `codename`, skipping the schemas that are current."""
+    # The template schema's lock (schema_template.py) is a session advisory lock.
+    require_session_connection("migrate_schemas")
     return _skipping(tenants_get_executor(codename))
 
 

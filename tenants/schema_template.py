@@ -38,6 +38,8 @@ from django.db import DatabaseError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
 from psycopg import sql
 
+from core.pgbackend.base import require_session_connection
+
 from .schema_clone import CloneRecipe, CloneUnsupported, clone_recipe, clone_run
 
 logger = logging.getLogger(__name__)
@@ -157,6 +159,8 @@ def template_ensure() -> bool:
         return False
     if template_state().current:
         return True
+    if connection.settings_dict.get("TRANSACTION_POOLING"):
+        return False  # building takes a session lock and migrate_schemas: not behind a pool
     try:
         template_build()
     except (DatabaseError, psycopg.Error) as exc:
@@ -171,6 +175,7 @@ def template_build(*, force: bool = False) -> bool:
     """Migrate a scratch schema with the ordinary migrate_schemas, then swap it in as the
     template; True if it did. Without `force`, nothing is done when the template is
     current (another process may have just built it). Outside a transaction only."""
+    require_session_connection("building the tenant template")  # a session lock, migrations
     name = template_name()
     if not name:
         raise TemplateError("TENANT_TEMPLATE_SCHEMA is empty: templates are off")

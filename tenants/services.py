@@ -163,7 +163,14 @@ def tenant_provision(
     password = admin_password or secrets.token_urlsafe(12)
     encoded = _password_hash(password, generated=not admin_password)
     # Before the transaction: building the template runs migrations, which commit.
-    template_ensure()
+    if not template_ensure() and settings.DATABASES["default"].get("TRANSACTION_POOLING"):
+        # Behind a transaction pool the template is not built and a schema is not
+        # migrated here (both need a session of their own): only a clone will do.
+        raise ProvisioningError(
+            "the tenant template is not current, and behind a transaction pool a new schema"
+            " is only cloned from it: run `manage.py tenant_template` with a direct"
+            " DATABASE_URL (a release step), then provision again"
+        )
     # Schema DDL is transactional in PostgreSQL: a failure anywhere leaves nothing behind.
     with transaction.atomic():
         tenant = Tenant(

@@ -67,6 +67,10 @@ def _per_tenant(name: str, help_text: str, values: dict[str, float], *, combine=
 @contextlib.contextmanager
 def bounded_statements(seconds: float) -> Iterator[None]:
     """This connection's statements end after `seconds` until the block ends."""
+    if connection.settings_dict.get("TRANSACTION_POOLING"):
+        with connection.statement_timeout_for_block(seconds):
+            yield
+        return
     with connection.cursor() as cursor:
         cursor.execute("SHOW statement_timeout")
         previous = cursor.fetchone()[0]

@@ -7,6 +7,7 @@ from beat.lease import log_redis_unreachable
 from beat.loop import SchedulerProcess
 from core.clock import SystemClock
 from core.gc_pause import freeze_startup_objects
+from core.pgbackend.base import require_session_connection
 from core.redis import REDIS_ERRORS, get_redis
 
 
@@ -14,6 +15,9 @@ class Command(BaseCommand):
     help = "Run a scheduler process: leader when it holds the lease, standby otherwise."
 
     def handle(self, *args, **opts) -> None:
+        # Session advisory locks fence the leader, and a new leader ends a frozen one's
+        # session by its pid: neither survives a transaction-pooling PgBouncer.
+        require_session_connection("runscheduler")
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

@@ -16,6 +16,12 @@ executes an attempt only when a worker's conditional claim (status and attempt m
 match) succeeds, so such a message runs what the new leader would have run anyway, once:
 the second delivery of the same (run, attempt) claims nothing (invariant 4).
 
+`url` may list the nodes of a RabbitMQ cluster (`;`-separated, ADR 0026): a new connection
+tries them in turn from the one that answered last, so a push that fails because its node
+died is tried once more through another node (`push_messages`), and the run queues, quorum
+queues there, are served by the surviving majority. Each connection is logged with its node
+(`leader.amqp_connected`).
+
 Every push is published with publisher confirms and waits for them (bounded by
 `SCHEDULER_AMQP_TIMEOUT_SECONDS`), before the fire transaction commits: a message RabbitMQ
 did not confirm makes the publish raise, the transaction roll back, and the runs stay
@@ -27,14 +33,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import time
 
 from django.conf import settings
 
 from core.broker import amqp_connection, amqp_destination, declare_amqp_queues, is_amqp
+from core.logs import log_event
 
 from .fenced import FencedRedis
 from .lease import LeaseLost
+
+log = logging.getLogger("beat.amqp_writes")
 
 CHUNK = 500  # messages per lease check
 
@@ -127,6 +137,8 @@ class AmqpWrites(FencedRedis):
             channel.events["basic_nack"].add(self._on_nack)
             channel.events["basic_return"].add(self._on_return)
             self._conn, self._channel = conn, channel
+            node = getattr(conn, "tickwork_node", "")
+            log_event(log, "leader.amqp_connected", "publishing to RabbitMQ at %s", node, node=node)
             self._sent = 0
             self._pending = set()
             self._nacked = False

@@ -11,6 +11,12 @@ still names the Redis queue in each message it builds; `amqp_destination` maps i
 Both report their depths here, for the admission watermark (`beat/admission_control.py`),
 `/metrics` and the operator console: `LLEN` on Redis, a passive `queue.declare` on
 RabbitMQ (bounded by timeouts, cached for a moment so one leader iteration asks once).
+
+A RabbitMQ cluster (ADR 0026): `CELERY_BROKER_URL` may list its nodes, `;`-separated as
+kombu takes them (`core/amqp_urls.py`), and `amqp_connection` tries them in turn; with
+`SCHEDULER_AMQP_QUEUE_TYPE=quorum` the run queues are quorum queues, replicated on the
+nodes and served while a majority of them is up (without priorities: RabbitMQ 3.x refuses
+`x-max-priority` on a quorum queue).
 """
 
 from __future__ import annotations
@@ -18,19 +24,30 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
+
+from core.amqp_urls import amqp_nodes, is_amqp_url
 
 PRIORITIES = ("high", "normal", "low")
 AMQP_PRIORITY = {"high": 2, "normal": 1, "low": 0}
 AMQP_MAX_PRIORITY = 2
-AMQP_QUEUE_ARGUMENTS = {"x-max-priority": AMQP_MAX_PRIORITY}
+AMQP_QUEUE_ARGUMENTS = {"x-max-priority": AMQP_MAX_PRIORITY}  # classic priority queues
+AMQP_QUORUM_QUEUE_ARGUMENTS = {"x-queue-type": "quorum"}
+
+
+def amqp_queue_arguments() -> dict:
+    """The run queues' declaration arguments for `SCHEDULER_AMQP_QUEUE_TYPE`; the leader
+    and the workers must declare them alike (RabbitMQ refuses a second declaration with
+    other arguments, `PRECONDITION_FAILED`)."""
+    if getattr(settings, "SCHEDULER_AMQP_QUEUE_TYPE", "classic") == "quorum":
+        return dict(AMQP_QUORUM_QUEUE_ARGUMENTS)
+    return dict(AMQP_QUEUE_ARGUMENTS)
 
 
 def is_amqp(url: str | None = None) -> bool:
     url = settings.CELERY_BROKER_URL if url is None else url
-    return url.split("://", 1)[0] in ("amqp", "pyamqp", "amqps")
+    return is_amqp_url(url)
 
 
 def redis_queue_names(shard_count: int) -> list[str]:
@@ -56,37 +73,64 @@ def amqp_destination(queue: str) -> tuple[str, int]:
     return queue, 0
 
 
+class AmqpUnreachable(ConnectionError):
+    """No node of the broker URL (list) took a connection; says why for each."""
+
+
+# The node of each URL list that last took a connection: the next connect starts there, so
+# a dead node costs one attempt per failure, not one per reconnect.
+_last_good: dict[str, int] = {}
+
+
 def amqp_connection(url: str | None = None, *, timeout: float | None = None, **options):
-    """An open py-amqp connection whose connect, reads and writes are all bounded."""
+    """An open py-amqp connection whose connect, reads and writes are all bounded.
+
+    `url` may list a cluster's nodes (`;`-separated): they are tried in turn from the one
+    that answered last, each attempt bounded by `timeout`, so the whole call waits at most
+    `timeout` times the number of nodes before it raises `AmqpUnreachable`."""
     import amqp
 
     url = settings.CELERY_BROKER_URL if url is None else url
     timeout = settings.SCHEDULER_AMQP_TIMEOUT_SECONDS if timeout is None else timeout
-    parts = urlsplit(url)
-    vhost = unquote(parts.path[1:]) if len(parts.path) > 1 else "/"
-    conn = amqp.Connection(
-        host=f"{parts.hostname or '127.0.0.1'}:{parts.port or 5672}",
-        userid=unquote(parts.username or "guest"),
-        password=unquote(parts.password or "guest"),
-        virtual_host=vhost,
-        ssl=parts.scheme == "amqps",
-        connect_timeout=timeout,
-        read_timeout=timeout,
-        write_timeout=timeout,
-        **options,
-    )
-    conn.connect()
-    return conn
+    nodes = amqp_nodes(url)
+    start = _last_good.get(url, 0) % len(nodes)
+    failures = []
+    for step in range(len(nodes)):
+        index = (start + step) % len(nodes)
+        node = nodes[index]
+        conn = amqp.Connection(
+            host=node.address,
+            userid=node.userid,
+            password=node.password,
+            virtual_host=node.vhost,
+            ssl=node.ssl,
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            write_timeout=timeout,
+            **options,
+        )
+        try:
+            conn.connect()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn.collect()
+            if len(nodes) == 1:
+                raise  # one node: its own error, as before the list
+            failures.append(f"{node.address}: {exc.__class__.__name__}: {str(exc).strip()[:120]}")
+            continue
+        _last_good[url] = index
+        conn.tickwork_node = node.address  # which node this is (logs, tests)
+        return conn
+    raise AmqpUnreachable(f"no RabbitMQ node answered ({'; '.join(failures)})")
 
 
 def declare_amqp_queues(channel, shard_count: int | None = None) -> None:
     """The run queues, durable, as the workers declare them (the same arguments, or
     RabbitMQ refuses the second declaration)."""
     count = settings.SCHEDULER_SHARD_COUNT if shard_count is None else shard_count
+    arguments = amqp_queue_arguments()
     for name in amqp_queue_names(count):
-        channel.queue_declare(
-            name, durable=True, auto_delete=False, arguments=dict(AMQP_QUEUE_ARGUMENTS)
-        )
+        channel.queue_declare(name, durable=True, auto_delete=False, arguments=dict(arguments))
 
 
 class AmqpDepths:

@@ -31,17 +31,24 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 def _configure_queues() -> None:
     from django.conf import settings
 
-    from core.broker import AMQP_QUEUE_ARGUMENTS, amqp_queue_names, is_amqp
+    from core.broker import amqp_queue_arguments, amqp_queue_names, is_amqp
 
     if is_amqp():
         # RabbitMQ (ADR 0019): one durable priority queue per shard, declared with the
-        # arguments the leader declares them with; priority is the message's.
+        # arguments the leader declares them with; priority is the message's. Quorum
+        # queues (SCHEDULER_AMQP_QUEUE_TYPE, ADR 0026) make Celery drop the global QoS they
+        # do not support. A URL list (a cluster's nodes) is kombu's failover syntax: the
+        # worker moves to the next node when its connection fails.
         names = amqp_queue_names(settings.SCHEDULER_SHARD_COUNT)
+        arguments = amqp_queue_arguments()
         app.conf.task_queues = [
-            Queue(name, routing_key=name, durable=True, queue_arguments=AMQP_QUEUE_ARGUMENTS)
-            for name in names
+            Queue(name, routing_key=name, durable=True, queue_arguments=arguments) for name in names
         ]
         app.conf.task_default_queue = names[0]
+        if settings.SCHEDULER_AMQP_QUEUE_TYPE == "quorum":
+            # without the delayed-delivery step Celery adds for quorum queues, which stalls
+            # a reconnecting worker on a dead node of the list (celery_consumer.py)
+            app.conf.worker_consumer = "scheduler_site.celery_consumer:Consumer"
         return
     names = run_queue_names(settings.SCHEDULER_SHARD_COUNT)
     app.conf.task_queues = [Queue(name, routing_key=name) for name in names]

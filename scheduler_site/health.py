@@ -36,7 +36,8 @@ def check_redis() -> str | None:
 
 
 def check_broker() -> str | None:
-    """RabbitMQ, when it is the broker (ADR 0019): a connection within a second."""
+    """RabbitMQ, when it is the broker (ADR 0019): a connection within a second (to any
+    node of a cluster's URL list, each tried for a second: ADR 0026)."""
     from core.broker import amqp_connection, is_amqp
 
     if not is_amqp():

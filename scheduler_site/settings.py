@@ -377,12 +377,10 @@ EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", "") or None
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tickwork@localhost")
 
 # --- Celery ------------------------------------------------------------------------------
+from core.amqp_urls import amqp_nodes, is_amqp_url  # noqa: E402 (beside its only use)
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-if CELERY_BROKER_URL != REDIS_URL and CELERY_BROKER_URL.split("://", 1)[0] not in (
-    "amqp",
-    "pyamqp",
-    "amqps",
-):
+if CELERY_BROKER_URL != REDIS_URL and not is_amqp_url(CELERY_BROKER_URL):
     # The leader pushes pre-built messages onto REDIS_URL's lists (ADR 0003) or publishes
     # them to RabbitMQ (ADR 0019): workers listening on another broker would never see a run.
     raise ImproperlyConfigured(
@@ -390,7 +388,21 @@ if CELERY_BROKER_URL != REDIS_URL and CELERY_BROKER_URL.split("://", 1)[0] not i
         " the scheduler publishes runs to one of those, and another broker (another Redis,"
         " SQS, ...) is not supported"
     )
-if REDIS_CLUSTER and CELERY_BROKER_URL.split("://", 1)[0] not in ("amqp", "pyamqp", "amqps"):
+if is_amqp_url(CELERY_BROKER_URL):
+    # One URL or a cluster's nodes, `;`-separated (ADR 0026): every element is checked
+    # here, not when the leader first fails over to it.
+    try:
+        amqp_nodes(CELERY_BROKER_URL)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"CELERY_BROKER_URL: {error}") from None
+# RabbitMQ run queues: `classic` priority queues on one node, `quorum` (replicated, served
+# while a majority of a cluster's nodes is up; no priorities on RabbitMQ 3.x) on a cluster.
+SCHEDULER_AMQP_QUEUE_TYPE = env_str("SCHEDULER_AMQP_QUEUE_TYPE", "classic")
+if SCHEDULER_AMQP_QUEUE_TYPE not in ("classic", "quorum"):
+    raise ImproperlyConfigured(
+        f"SCHEDULER_AMQP_QUEUE_TYPE={SCHEDULER_AMQP_QUEUE_TYPE!r}: classic or quorum"
+    )
+if REDIS_CLUSTER and not is_amqp_url(CELERY_BROKER_URL):
     # Celery's Redis transport (kombu) talks to one Redis server, not to a cluster.
     raise ImproperlyConfigured(
         "REDIS_CLUSTER=1 needs CELERY_BROKER_URL=amqp://... (RabbitMQ): Celery's Redis"

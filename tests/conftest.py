@@ -250,3 +250,41 @@ def on_redis_cluster(redis_cluster, amqp_broker, settings):
     # key (no MOVED to correct it), so read the slot map again first.
     client.nodes_manager.initialize()
     client.flushdb(target_nodes="primaries")
+
+
+# --- RabbitMQ cluster (ADR 0026) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_cluster():
+    """Three extra nodes of this machine's rabbitmq-server joined into one cluster for the
+    session, on ports of this TEST_REDIS_DB's own (a skip saying why where rabbitmq-server
+    or rabbitmqctl is missing); the system node is not touched."""
+    from tests.rabbitmq_cluster import LocalRabbitCluster, missing_tools
+
+    reason = missing_tools()
+    if reason:
+        pytest.skip(reason)
+    cluster = LocalRabbitCluster()  # in a temp folder of its own, which the nodes' user reaches
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()  # the nodes started, whether or not they became a cluster
+
+
+@pytest.fixture
+def amqp_cluster_broker(rabbitmq_cluster, settings):
+    """This test's broker is the cluster: CELERY_BROKER_URL lists its three nodes (kombu's
+    failover syntax), the run queues are quorum queues, emptied before and after, and a
+    node a test killed is started again."""
+    from tests.rabbitmq import reset_queues
+
+    rabbitmq_cluster.restart_dead()
+    url = rabbitmq_cluster.url()
+    settings.CELERY_BROKER_URL = url
+    settings.SCHEDULER_AMQP_QUEUE_TYPE = "quorum"
+    # emptied through one node's own URL: the fixture does not lean on the list's parsing
+    reset_queues(rabbitmq_cluster.node_url(0))
+    yield url
+    rabbitmq_cluster.restart_dead()
+    reset_queues(rabbitmq_cluster.node_url(0))

@@ -181,7 +181,8 @@ if DB_POOL_MAX_SIZE:
 # hold from the first statement of every connection. A pooler that refuses startup
 # options (PgBouncer without ignore_startup_parameters): set all three to 0 and put them
 # on the database role instead (ALTER ROLE ... SET statement_timeout = ...). With
-# DB_TRANSACTION_POOLING they are not sent at start-up but set in every transaction.
+# DB_TRANSACTION_POOLING they are not sent at start-up but set in every transaction, and
+# one set to 0 is left alone there, so the role's or database's value holds.
 DB_STATEMENT_TIMEOUT_SECONDS = env_float("DB_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0)
 DB_LOCK_TIMEOUT_SECONDS = env_float("DB_LOCK_TIMEOUT_SECONDS", 10.0, minimum=0)
 DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = env_float(

@@ -39,13 +39,11 @@ from django_tenants.postgresql_backend import base as tenants_base
 from django_tenants.utils import quote_schema_name
 from psycopg.pq import TransactionStatus
 
-# The settings a transaction opens with, in this order (the search_path first).
-_PROLOGUE = (
-    "SELECT set_config('search_path', %s, true), set_config('statement_timeout', %s, true),"
-    " set_config('lock_timeout', %s, true),"
-    " set_config('idle_in_transaction_session_timeout', %s, true)"
-)
 _TIMEOUTS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+
+# What a connection's transactions carry: (the search_path, the timeouts in _TIMEOUTS'
+# order, "" for one left to the server, role or database default).
+State = tuple[str, tuple[str, ...]]
 
 
 class PoolSafeCursor(DjangoClientCursor):
@@ -53,15 +51,28 @@ class PoolSafeCursor(DjangoClientCursor):
     this client's search_path and timeouts first (see the module's docstring)."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        prologue = _prologue_due(self)
-        if prologue is None:
+        due = _settings_due(self)
+        if due is None:
             return super().execute(query, params, **kwargs)
+        prologue, state = due
+        # Rendered before anything is sent or recorded: a statement that fails to render
+        # leaves the connection's bookkeeping as it was.
+        statement = self.mogrify(query, params)
         # One simple-protocol query, "settings; statement": in autocommit PostgreSQL runs
         # the two as one implicit transaction, so they reach the same server connection in
         # one round trip; inside a transaction they run in it. The cursor then stands on
         # the statement's result, as if it had run alone.
-        super().execute(prologue + ";\n" + self.mogrify(query, params), None, **kwargs)
-        self.nextset()
+        try:
+            super().execute(prologue + ";\n" + statement, None, **kwargs)
+        except BaseException:
+            self.connection.tickwork_applied = None
+            raise
+        _settings_sent(self.connection, state)
+        if not self.nextset():
+            # The statement was empty (or only a comment): no result of its own. Run it
+            # alone so the cursor shows what it would have (the settings are in place, or
+            # an empty statement needs none).
+            super().execute(query, params, **kwargs)
         return self
 
     def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> None:
@@ -77,36 +88,70 @@ class PoolSafeCursor(DjangoClientCursor):
         raise ImproperlyConfigured("cursor.stream() is not supported behind a transaction pool")
 
 
-def _prologue_due(cursor: PoolSafeCursor) -> str | None:
-    """The settings statement the cursor's next statement must carry, or None: at the
-    start of every transaction (in autocommit, every statement is one), and inside one
-    whose settings changed (another schema or timeout, or a rollback to a savepoint)."""
+def _settings_due(cursor: PoolSafeCursor) -> tuple[str, State] | None:
+    """The settings statement the cursor's next statement must carry, with the state it
+    sets, or None. At the start of every transaction (in autocommit, every statement is
+    one) it sets the search_path and the configured timeouts; inside a transaction only
+    what changed since (another schema; a timeout changed for a block), so that a `SET
+    LOCAL` the transaction made itself is not undone; after a rollback to a savepoint
+    (which undoes settings made after it) all of them again."""
     conn = cursor.connection
-    state: tuple[str, tuple[str, ...]] | None = getattr(conn, "tickwork_state", None)
+    state: State | None = getattr(conn, "tickwork_state", None)
     status = conn.info.transaction_status
     if state is None or status == TransactionStatus.INERROR:
         # Not opened by this backend's wrapper, or a failed transaction that only a
         # rollback can follow: the statement goes as it is.
         return None
-    if status == TransactionStatus.IDLE:
-        # A new transaction: the next one starts afresh in autocommit, while in Django's
-        # transaction (psycopg sends BEGIN first) the settings hold until it ends.
-        conn.tickwork_applied = None if conn.autocommit else state
-    elif getattr(conn, "tickwork_applied", None) == state:
+    applied: State | None = getattr(conn, "tickwork_applied", None)
+    if status == TransactionStatus.IDLE or applied is None:
+        return _statement(cursor, state, None), state
+    if applied == state:
         return None
-    else:
-        conn.tickwork_applied = state
-    literal = _literals.get(state)
+    return _statement(cursor, state, applied), state
+
+
+def _settings_sent(conn: Any, state: State) -> None:
+    """Record what the connection's open transaction now carries (nothing to record after
+    an autocommit statement: its implicit transaction has ended)."""
+    open_transaction = conn.info.transaction_status == TransactionStatus.INTRANS
+    conn.tickwork_applied = state if open_transaction else None
+
+
+def _statement(cursor: PoolSafeCursor, state: State, applied: State | None) -> str:
+    """`SELECT set_config(..., true), ...` for what differs between `applied` and `state`
+    (everything when `applied` is None); timeouts left to the server are not set."""
+    key = (state, applied)
+    literal = _literals.get(key)
     if literal is None:
         search_path, timeouts = state
-        literal = DjangoClientCursor.mogrify(cursor, _PROLOGUE, [search_path, *timeouts])
-        if len(_literals) > 1024:
+        calls: list[str] = []
+        values: list[str] = []
+        if applied is None or applied[0] != search_path:
+            calls.append("set_config('search_path', %s, true)")
+            values.append(search_path)
+        for index, (name, value) in enumerate(zip(_TIMEOUTS, timeouts, strict=True)):
+            if applied is not None and applied[1][index] == value:
+                continue
+            if value:
+                calls.append(f"set_config('{name}', %s, true)")
+                values.append(value)
+            elif applied is not None:
+                # back to no configured value inside the transaction: the session's own
+                # (the server's, role's or database's default)
+                calls.append(
+                    f"set_config('{name}', (SELECT reset_val FROM pg_settings"
+                    f" WHERE name = '{name}'), true)"
+                )
+        if not calls:
+            calls, values = ["set_config('search_path', %s, true)"], [search_path]
+        literal = DjangoClientCursor.mogrify(cursor, f"SELECT {', '.join(calls)}", values)
+        if len(_literals) > 4096:
             _literals.clear()
-        _literals[state] = literal
+        _literals[key] = literal
     return literal
 
 
-# The settings statement of each (search_path, timeouts), rendered once.
+# The settings statements, each rendered once.
 _literals: dict[tuple, str] = {}
 
 
@@ -115,30 +160,32 @@ def _client_state(cursor: PoolSafeCursor) -> Iterator[None]:
     """For executemany and COPY, which cannot carry the settings in their own query."""
     conn = cursor.connection
     in_autocommit = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-    prologue = _prologue_due(cursor)
-    if prologue is None:
+    due = _settings_due(cursor)
+    if due is None:
         yield
     elif in_autocommit:
         with conn.transaction():
-            DjangoClientCursor.execute(cursor, prologue)
+            DjangoClientCursor.execute(cursor, due[0])
             yield
     else:
-        DjangoClientCursor.execute(cursor, prologue)
+        DjangoClientCursor.execute(cursor, due[0])
+        _settings_sent(conn, due[1])
         yield
 
 
 def _milliseconds(options: str, name: str) -> str:
-    """The value of `-c name=N` in a libpq options string, or "0" (no limit)."""
+    """The value of `-c name=N` in a libpq options string, or "" (not configured: the
+    server's, role's or database's default holds)."""
     for word in options.split():
         if word.startswith(f"{name}="):
             return word.split("=", 1)[1]
-    return "0"
+    return ""
 
 
 class DatabaseWrapper(tenants_base.DatabaseWrapper):
     # The timeouts from the settings (as the startup options would have set them), and a
     # statement timeout set for a block (statement_timeout_for_block), if any.
-    _configured_timeouts: list[str] = ["0", "0", "0"]
+    _configured_timeouts: list[str] = ["", "", ""]
     _statement_timeout: str | None = None
 
     @property
@@ -202,6 +249,24 @@ class DatabaseWrapper(tenants_base.DatabaseWrapper):
         state = getattr(self.connection, "tickwork_state", None)
         if state is not None:
             self.connection.tickwork_state = (state[0], self._timeouts())
+
+    def _commit(self) -> None:
+        self._forget_applied()
+        super()._commit()
+
+    def _rollback(self) -> None:
+        self._forget_applied()
+        super()._rollback()
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        self._forget_applied()
+        super()._set_autocommit(autocommit)
+
+    def _forget_applied(self) -> None:
+        """The transaction ends (or its mode changes): whatever opens the next one, a
+        cursor of ours or psycopg's own, must find nothing recorded as already set."""
+        if self.transaction_pooling and self.connection is not None:
+            self.connection.tickwork_applied = None
 
     def savepoint_rollback(self, sid: str) -> None:
         super().savepoint_rollback(sid)

@@ -37,10 +37,10 @@ def bouncer():
         yield running
 
 
-def client(bouncer, *, pooling: bool) -> DatabaseWrapper:
+def client(bouncer, *, pooling: bool, settings_dict: dict | None = None) -> DatabaseWrapper:
     """A Django connection of its own through the bouncer, as a web or worker process
     with DB_TRANSACTION_POOLING (or without it) would open one."""
-    settings_dict = copy.deepcopy(connection.settings_dict)
+    settings_dict = copy.deepcopy(settings_dict or connection.settings_dict)
     settings_dict.update(HOST="127.0.0.1", PORT=str(bouncer.port), CONN_MAX_AGE=0)
     options = settings_dict["OPTIONS"]
     if pooling:
@@ -95,11 +95,10 @@ def test_each_client_reads_its_own_tenant_through_one_server_connection(bouncer,
         for _ in range(3):
             assert names_seen(first) == {"alpha's job"}
             assert names_seen(second) == {"beta's job"}
-        with transaction.atomic(using=first.alias), transaction.atomic(using=second.alias):
-            # two open transactions: the pool of one server connection makes the second
-            # client wait, so the first one's transaction is driven to its end first
+        with transaction.atomic(using=first.alias):
             assert names_seen(first) == {"alpha's job"}
-        assert names_seen(second) == {"beta's job"}
+        with transaction.atomic(using=second.alias):
+            assert names_seen(second) == {"beta's job"}
     finally:
         first.close()
         second.close()
@@ -117,6 +116,10 @@ def test_a_statement_reads_as_if_it_had_run_alone(bouncer, two_tenants):
             with block, db.cursor() as cursor:
                 cursor.execute("UPDATE jobs_job SET name = name WHERE name <> %s", ["x"])
                 assert cursor.rowcount == 1 and cursor.description is None
+                cursor.execute("UPDATE jobs_job SET name = name WHERE name = %s", ["x"])
+                assert cursor.rowcount == 0  # the statement's, not the settings' (one row)
+                cursor.execute("-- nothing but a comment")
+                assert cursor.description is None  # not the settings' columns
                 # no parameters: the text goes as written (one %), as on a direct connection
                 cursor.execute("SELECT name, 100 % 7 FROM jobs_job WHERE name LIKE 'alpha%'")
                 assert cursor.fetchall() == [("alpha's job", 2)]
@@ -178,6 +181,15 @@ def test_the_timeouts_hold_in_every_transaction_and_leave_with_it(bouncer, two_t
             cursor.execute("SHOW lock_timeout")
             assert cursor.fetchone()[0] == "10s"
         with transaction.atomic(using=db.alias), db.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")  # the transaction's first statement
+            assert cursor.fetchone()[0] == "30s"
+            cursor.execute("SET LOCAL lock_timeout = '1s'")
+            db.set_schema(two_tenants[1])  # the search_path is sent again, alone
+            with db.cursor() as again:
+                again.execute("SHOW lock_timeout")
+                assert again.fetchone()[0] == "1s"  # the transaction's own SET LOCAL holds
+                again.execute("SHOW statement_timeout")
+                assert again.fetchone()[0] == "30s"
             cursor.execute("SET LOCAL statement_timeout = '100ms'")
             with pytest.raises(OperationalError, match="statement timeout"):
                 cursor.execute("SELECT pg_sleep(2)")
@@ -230,6 +242,70 @@ def test_a_rollback_to_a_savepoint_does_not_leave_the_old_tenant_in_place(bounce
             assert names_seen(db) == {"beta's job"}  # the schema asked for, set again
     finally:
         db.close()
+
+
+def test_a_timeout_left_at_zero_keeps_the_role_or_database_value(bouncer, two_tenants):
+    """DB_*_TIMEOUT_SECONDS=0 with the value on the role (ALTER ROLE ... SET) instead: the
+    transactions must not set it to 0. The session value stands for the role's here, put
+    on the one server connection by a plain client."""
+    url = bouncer.url(connection.settings_dict["NAME"])
+    with psycopg.connect(url, autocommit=True) as raw:
+        raw.execute("SET statement_timeout = '7s'")
+    settings_dict = copy.deepcopy(connection.settings_dict)
+    settings_dict["OPTIONS"]["options"] = "-c lock_timeout=10000"  # no statement timeout
+    db = client(bouncer, pooling=True, settings_dict=settings_dict)
+    try:
+        db.set_schema(two_tenants[0])
+        for atomic in (False, True):
+            block = transaction.atomic(using=db.alias) if atomic else nullcontext()
+            with block, db.cursor() as cursor:
+                cursor.execute("SHOW statement_timeout")
+                assert cursor.fetchone()[0] == "7s"
+                cursor.execute("SHOW lock_timeout")
+                assert cursor.fetchone()[0] == "10s"
+    finally:
+        db.close()
+        with psycopg.connect(url, autocommit=True) as raw:
+            raw.execute("RESET ALL")
+
+
+def test_a_statement_that_fails_to_render_leaves_the_next_one_its_tenant(bouncer, two_tenants):
+    """A statement psycopg cannot render (a value it cannot adapt) is never sent: the
+    next one must still carry the tenant switched to before it."""
+    alpha_schema, beta_schema = two_tenants
+    db = client(bouncer, pooling=True)
+    try:
+        with transaction.atomic(using=db.alias):
+            db.set_schema(alpha_schema)
+            assert names_seen(db) == {"alpha's job"}
+            db.set_schema(beta_schema)
+            with pytest.raises(Exception), db.cursor() as cursor:  # noqa: B017
+                cursor.execute("SELECT %s", [object()])
+            assert names_seen(db) == {"beta's job"}
+    finally:
+        db.close()
+
+
+def test_a_transaction_opened_by_psycopg_itself_gets_the_settings(bouncer, two_tenants):
+    """After a Django transaction ends, one opened on the raw connection (psycopg's
+    `transaction()`) on a server connection another client pointed at another tenant
+    still reads this client's tenant."""
+    alpha_schema, beta_schema = two_tenants
+    url = bouncer.url(connection.settings_dict["NAME"])
+    db = client(bouncer, pooling=True)
+    try:
+        db.set_schema(alpha_schema)
+        with transaction.atomic(using=db.alias):
+            assert names_seen(db) == {"alpha's job"}
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute(f"SET search_path = {beta_schema}")  # left on the server connection
+        raw = db.connection
+        with raw.transaction():
+            assert raw.execute("SELECT name FROM jobs_job").fetchall() == [("alpha's job",)]
+    finally:
+        db.close()
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("RESET ALL")
 
 
 def test_a_failed_autocommit_statement_leaves_the_client_usable(bouncer, two_tenants):

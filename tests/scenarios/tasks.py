@@ -39,3 +39,11 @@ def barrier(payload: dict, context: RunContext) -> dict:
         time.sleep(0.002)
     client.rpush(f"{BARRIER_KEY}:met", context.run_id)
     return {"met": True}
+
+
+@register_task("test.tenant_jobs")
+def tenant_jobs(payload: dict, context: RunContext) -> list[str]:
+    """The names of the jobs the ORM sees from the run's tenant schema (its search_path)."""
+    from jobs.models import Job
+
+    return sorted(Job.objects.values_list("name", flat=True))

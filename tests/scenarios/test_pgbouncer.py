@@ -13,8 +13,10 @@ import httpx
 import psycopg
 import pytest
 from django.db import connection
+from django_tenants.utils import schema_context
 
 from devstack import pgbouncer
+from runs.models import Attempt
 
 from ..integration.helpers import runs_of
 from .procs import Proc, process_env, scheduler, wait_for, worker
@@ -54,6 +56,7 @@ def test_web_and_worker_through_a_transaction_pool(live, redis_client, tmp_path,
             "DATABASE_URL": bouncer.url(database),
             "DB_TRANSACTION_POOLING": "1",
             "DB_CONN_MAX_AGE": "60",
+            "SCHEDULER_TASK_MODULES": "tests.scenarios.tasks",  # test.tenant_jobs
         }
         port = _free_port()
         web = Proc(
@@ -102,7 +105,9 @@ def test_web_and_worker_through_a_transaction_pool(live, redis_client, tmp_path,
                     json={
                         "name": f"{slug} every second",
                         "schedule": {"interval_seconds": 1},
-                        "target": {"type": "task", "task": "builtin.noop"},
+                        # reads the tenant's jobs through the ORM: the worker's
+                        # search_path through the pool decides what it sees
+                        "target": {"type": "task", "task": "test.tenant_jobs"},
                     },
                     headers=_headers(world),
                     timeout=10,
@@ -130,6 +135,7 @@ def test_web_and_worker_through_a_transaction_pool(live, redis_client, tmp_path,
         finally:
             for proc in procs:
                 proc.stop()
+        seen = {"alpha": ["alpha every second"], "beta": ["beta every second", "spare"]}
         for slug in ("alpha", "beta"):
             runs = runs_of(live[slug].tenant)
             assert {run.job_id for run in runs} == {jobs[slug]}  # nothing of the other's
@@ -137,6 +143,12 @@ def test_web_and_worker_through_a_transaction_pool(live, redis_client, tmp_path,
             assert max(slots.values()) == 1  # every slot once
             succeeded = [run for run in runs if run.status == "succeeded"]
             assert all(run.attempt == 1 for run in succeeded)  # each ran once
+            with schema_context(live[slug].schema):
+                outputs = set(
+                    Attempt.objects.filter(run__in=succeeded).values_list("output", flat=True)
+                )
+            # every run read its own tenant's jobs, never the other's
+            assert outputs == {repr(seen[slug])}, outputs
         assert "Traceback" not in procs[2].log()
         with capsys.disabled():
             print(

@@ -61,7 +61,11 @@ def amqp_nodes(value: str) -> list[AmqpNode]:
         try:
             port = parts.port or 5672
         except ValueError:
-            raise ValueError(f"{where}, {_safe(url)!r}, has a port that is not a number") from None
+            # not echoed: a password holding a raw ':' or ';' would show up as the "port"
+            raise ValueError(
+                f"{where} has a port that is not a number (or an unquoted ';' or"
+                " ':' in its password: percent-encode them)"
+            ) from None
         nodes.append(
             AmqpNode(
                 host=parts.hostname or "127.0.0.1",  # `amqp://`: this machine, as before
@@ -79,8 +83,9 @@ def amqp_nodes(value: str) -> list[AmqpNode]:
 
 
 def _safe(url: str) -> str:
-    """The URL without its password, for an error message."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """The URL without its credentials, for an error message: everything between `://`
+    and the last `@` is masked, whether or not it parses."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
         return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"

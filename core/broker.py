@@ -86,13 +86,17 @@ def amqp_connection(url: str | None = None, *, timeout: float | None = None, **o
     """An open py-amqp connection whose connect, reads and writes are all bounded.
 
     `url` may list a cluster's nodes (`;`-separated): they are tried in turn from the one
-    that answered last, each attempt bounded by `timeout`, so the whole call waits at most
-    `timeout` times the number of nodes before it raises `AmqpUnreachable`."""
+    that answered last. With several nodes each attempt gets an equal share of `timeout`
+    (at least a second), so a list of nodes that stop answering costs about what one node
+    would, not one `timeout` each; the connection keeps that shorter bound on its reads
+    and writes too. `AmqpUnreachable` names each node's error."""
     import amqp
 
     url = settings.CELERY_BROKER_URL if url is None else url
     timeout = settings.SCHEDULER_AMQP_TIMEOUT_SECONDS if timeout is None else timeout
     nodes = amqp_nodes(url)
+    if len(nodes) > 1:
+        timeout = max(timeout / len(nodes), min(timeout, 1.0))
     start = _last_good.get(url, 0) % len(nodes)
     failures = []
     for step in range(len(nodes)):

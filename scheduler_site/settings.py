@@ -378,7 +378,7 @@ EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", "") or None
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "tickwork@localhost")
 
 # --- Celery ------------------------------------------------------------------------------
-from core.amqp_urls import amqp_nodes, is_amqp_url  # noqa: E402 (beside its only use)
+from core.amqp_urls import amqp_nodes, is_amqp_url, split_urls  # noqa: E402 (beside its use)
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 if CELERY_BROKER_URL != REDIS_URL and not is_amqp_url(CELERY_BROKER_URL):
@@ -393,15 +393,29 @@ if is_amqp_url(CELERY_BROKER_URL):
     # One URL or a cluster's nodes, `;`-separated (ADR 0026): every element is checked
     # here, not when the leader first fails over to it.
     try:
-        amqp_nodes(CELERY_BROKER_URL)
+        _amqp_nodes = amqp_nodes(CELERY_BROKER_URL)
     except ValueError as error:
         raise ImproperlyConfigured(f"CELERY_BROKER_URL: {error}") from None
+    # kombu does not strip the elements (" amqp://h2//" would be a URL without a host):
+    # the workers get the list as the leader reads it.
+    CELERY_BROKER_URL = ";".join(split_urls(CELERY_BROKER_URL))
 # RabbitMQ run queues: `classic` priority queues on one node, `quorum` (replicated, served
 # while a majority of a cluster's nodes is up; no priorities on RabbitMQ 3.x) on a cluster.
 SCHEDULER_AMQP_QUEUE_TYPE = env_str("SCHEDULER_AMQP_QUEUE_TYPE", "classic")
 if SCHEDULER_AMQP_QUEUE_TYPE not in ("classic", "quorum"):
     raise ImproperlyConfigured(
         f"SCHEDULER_AMQP_QUEUE_TYPE={SCHEDULER_AMQP_QUEUE_TYPE!r}: classic or quorum"
+    )
+if (
+    is_amqp_url(CELERY_BROKER_URL)
+    and len(_amqp_nodes) > 1
+    and SCHEDULER_AMQP_QUEUE_TYPE != "quorum"
+):
+    # A classic queue lives on one node; once it dies the queue cannot even be declared
+    # through another (ADR 0026), and the leader would publish to no shard at all.
+    raise ImproperlyConfigured(
+        "CELERY_BROKER_URL lists several RabbitMQ nodes: set SCHEDULER_AMQP_QUEUE_TYPE=quorum"
+        " (classic run queues stop every shard's publishing when one node dies)"
     )
 if REDIS_CLUSTER and not is_amqp_url(CELERY_BROKER_URL):
     # Celery's Redis transport (kombu) talks to one Redis server, not to a cluster.

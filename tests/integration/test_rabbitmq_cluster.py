@@ -7,6 +7,7 @@ they were declared on is killed, and a malformed list is refused at start-up."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -81,17 +82,31 @@ def test_the_leader_publishes_and_reads_depths_through_the_list_when_its_first_n
     assert sorted(_drain_ids(third, "runs.1", time.monotonic() + 10)) == sorted(run_ids)
 
 
-def test_a_connect_starts_from_the_node_that_answered_last(amqp_cluster_broker, rabbitmq_cluster):
-    """After a failover the next connection goes straight to the node that answered, not
-    through the dead one first (a silent node would cost a timeout each time)."""
-    rabbitmq_cluster.kill(0)
-    first = amqp_connection(amqp_cluster_broker, timeout=2)
-    first.collect()
-    dead = f"127.0.0.1:{rabbitmq_cluster.amqp_ports[0]}"
-    assert first.tickwork_node != dead
-    again = amqp_connection(amqp_cluster_broker, timeout=2)
-    again.collect()
-    assert again.tickwork_node == first.tickwork_node
+def test_a_silent_node_costs_one_bounded_wait_then_none(rabbitmq_cluster):
+    """A node that takes the TCP connection and never answers (a frozen host) is first in
+    the list: the first connect waits its share of the timeout there and goes on to the
+    next node; the next connect starts from the node that answered, with no wait."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never answers
+    try:
+        url = (
+            f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}//;"
+            + rabbitmq_cluster.node_url(1)
+        )
+        started = time.monotonic()
+        first = amqp_connection(url, timeout=4)
+        first_took = time.monotonic() - started
+        first.collect()
+        started = time.monotonic()
+        again = amqp_connection(url, timeout=4)
+        again_took = time.monotonic() - started
+        again.collect()
+    finally:
+        silent.close()
+    assert (
+        first.tickwork_node == again.tickwork_node == f"127.0.0.1:{rabbitmq_cluster.amqp_ports[1]}"
+    )
+    assert 1.5 <= first_took < 4  # its share (4 s over two nodes), not the whole timeout
+    assert again_took < 1.5  # straight to the node that answered
 
 
 def test_every_node_down_is_one_bounded_error_naming_each():
@@ -132,10 +147,13 @@ def test_a_quorum_run_queue_keeps_its_messages_when_the_node_it_was_declared_on_
     assert sorted(got) == sorted(run_ids)
 
 
-def _django_setup(broker_url: str) -> subprocess.CompletedProcess:
+def _django_setup(broker_url: str, queue_type: str = "quorum") -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(
-        DEBUG="1", CELERY_BROKER_URL=broker_url, DJANGO_SETTINGS_MODULE="scheduler_site.settings"
+        DEBUG="1",
+        CELERY_BROKER_URL=broker_url,
+        SCHEDULER_AMQP_QUEUE_TYPE=queue_type,
+        DJANGO_SETTINGS_MODULE="scheduler_site.settings",
     )
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
@@ -152,7 +170,11 @@ def _django_setup(broker_url: str) -> subprocess.CompletedProcess:
     [
         (
             "amqp://guest:guest@h1:5672//;amqp://guest:secret@h2:56x2//",
-            "CELERY_BROKER_URL: element 2 of 2, 'amqp://guest:***@h2:56x2//', has a port",
+            "CELERY_BROKER_URL: element 2 of 2 has a port that is not a number",
+        ),
+        (  # a raw ';' in a password splits the element: no part of it is printed
+            "amqp://guest:guest@h1:5672//;amqp://guest:sec;ret@h2:5672//",
+            "CELERY_BROKER_URL: element 2 of 3 has a port that is not a number",
         ),
         (
             "amqp://guest:guest@h1:5672//;redis://h2:6379/0",
@@ -171,9 +193,41 @@ def test_the_settings_refuse_a_malformed_url_list_in_one_line(url: str, says: st
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"configuration error: {says}"), line
-    assert "secret" not in line  # a password is never printed
+    assert "secret" not in line and "sec" not in line  # a password is never printed
 
 
-def test_the_settings_accept_a_url_list():
-    good = _django_setup("amqp://guest:guest@h1:5672//; amqp://guest:guest@[::1]:5673//")
+def test_the_settings_accept_a_url_list_and_hand_it_to_the_workers_without_spaces():
+    listed = "amqp://guest:guest@h1:5672//; amqp://guest:guest@[::1]:5673// "
+    good = _django_setup(listed)
     assert good.returncode == 0, good.stderr
+    env = dict(
+        os.environ,
+        DEBUG="1",
+        CELERY_BROKER_URL=listed,
+        SCHEDULER_AMQP_QUEUE_TYPE="quorum",
+        DJANGO_SETTINGS_MODULE="scheduler_site.settings",
+    )
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings; print(settings.CELERY_BROKER_URL)",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # kombu takes each element as it is: " amqp://…" would be a URL without a host
+    assert printed.stdout.strip().splitlines()[-1] == (
+        "amqp://guest:guest@h1:5672//;amqp://guest:guest@[::1]:5673//"
+    ), printed.stderr
+
+
+def test_a_url_list_with_classic_queues_is_refused():
+    refused = _django_setup("amqp://guest:guest@h1:5672//;amqp://guest:guest@h2:5672//", "classic")
+    assert refused.returncode == 1
+    assert "set SCHEDULER_AMQP_QUEUE_TYPE=quorum" in refused.stderr

@@ -29,7 +29,6 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, RedisClusterExcep
 # Bounded waits: a node that does not accept or answer fails the command instead of
 # wedging the caller (the leader's renewal, a worker's report).
 CONNECT_TIMEOUT_SECONDS = 2
-SOCKET_TIMEOUT_SECONDS = 10
 
 
 def _make(url: str, cluster: bool, **options) -> redis.Redis | RedisCluster:
@@ -48,7 +47,7 @@ def _client(url: str, cluster: bool) -> redis.Redis | RedisCluster:
         url,
         cluster,
         socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-        socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        socket_timeout=settings.REDIS_SOCKET_TIMEOUT_SECONDS,
         health_check_interval=30,
     )
 

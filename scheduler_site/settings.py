@@ -213,6 +213,12 @@ for _node in env_list("REDIS_CLUSTER_NODES", []):
     if not _host or not _port.isdigit():
         raise ImproperlyConfigured(f"REDIS_CLUSTER_NODES: {_node!r} is not host:port")
     REDIS_CLUSTER_NODES.append((_host.strip("[]"), int(_port)))  # [::1]:7000 too
+# How long a Redis command may wait for its reply. A node that stops answering without
+# closing its connections (a frozen primary) holds each command this long; a shorter wait
+# shortens that stall (docs/operations.md "Redis Cluster"), but must outlast the longest
+# blocking read (the scheduler's BLPOP, a quarter of SCHEDULER_LEASE_SECONDS) and the
+# largest pipeline (the index rebuild's).
+REDIS_SOCKET_TIMEOUT_SECONDS = env_float("REDIS_SOCKET_TIMEOUT_SECONDS", 10.0, minimum=1.0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -288,6 +294,12 @@ METRICS_STATEMENT_TIMEOUT_SECONDS = env_float("METRICS_STATEMENT_TIMEOUT_SECONDS
 SCHEDULER_MIN_INTERVAL_SECONDS = env_int("SCHEDULER_MIN_INTERVAL_SECONDS", 60, minimum=1)
 SCHEDULER_LOOKAHEAD_SECONDS = env_float("SCHEDULER_LOOKAHEAD_SECONDS", 30.0, minimum=1.0)
 SCHEDULER_LEASE_SECONDS = env_float("SCHEDULER_LEASE_SECONDS", 2.0, minimum=0.5)
+if REDIS_SOCKET_TIMEOUT_SECONDS <= SCHEDULER_LEASE_SECONDS / 4 + 0.5:
+    raise ImproperlyConfigured(
+        f"REDIS_SOCKET_TIMEOUT_SECONDS={REDIS_SOCKET_TIMEOUT_SECONDS:g} must exceed a quarter"
+        f" of SCHEDULER_LEASE_SECONDS plus 0.5 s ({SCHEDULER_LEASE_SECONDS / 4 + 0.5:g}):"
+        " the scheduler waits that long in one blocking read"
+    )
 SCHEDULER_SHARD_COUNT = env_int("SCHEDULER_SHARD_COUNT", 4, minimum=1)
 # Partitions of the tenants, each led by one runscheduler process at a time with its own
 # lease and epoch (docs/adr/0020); every process (web, worker, scheduler) must agree on it.

@@ -48,6 +48,7 @@ class LocalRedisCluster:
         self.replicas = replicas
         self.ports: list[int] = []
         self.nodes: dict[int, subprocess.Popen] = {}
+        self.frozen: set[int] = set()  # SIGSTOPped by freeze()
 
     @property
     def url(self) -> str:
@@ -141,7 +142,12 @@ class LocalRedisCluster:
         self._wait(healthy, timeout)
 
     def live_ports(self) -> list[int]:
-        return [port for port, node in self.nodes.items() if node.poll() is None]
+        """The nodes running and not frozen (the ones that can be asked)."""
+        return [
+            port
+            for port, node in self.nodes.items()
+            if node.poll() is None and port not in self.frozen
+        ]
 
     def primary_of(self, key: str) -> int:
         """The port of the primary that serves `key`'s slot now."""
@@ -165,6 +171,16 @@ class LocalRedisCluster:
         node = self.nodes[port]
         os.killpg(node.pid, signal.SIGKILL)
         node.wait(10)
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP the node: it keeps its connections open and answers nothing, as a node
+        whose host hangs or whose process is paused."""
+        os.killpg(self.nodes[port].pid, signal.SIGSTOP)
+        self.frozen.add(port)
+
+    def thaw(self, port: int) -> None:
+        os.killpg(self.nodes[port].pid, signal.SIGCONT)
+        self.frozen.discard(port)
 
     def restart(self, *ports: int) -> None:
         """Start killed nodes again with their cluster config: a primary whose replica was

@@ -154,3 +154,14 @@ def test_a_template_schema_name_a_tenant_could_have_is_refused_at_start_up():
         assert result.returncode != 0, bad
         assert f"TENANT_TEMPLATE_SCHEMA={bad!r}" in result.stderr
     assert _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": ""}).returncode == 0
+
+
+def test_a_redis_socket_timeout_shorter_than_the_schedulers_blocking_read_is_refused():
+    lease = {"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "4"}
+    refused = _django_setup({**lease, "REDIS_SOCKET_TIMEOUT_SECONDS": "1"})
+    assert refused.returncode != 0
+    assert "REDIS_SOCKET_TIMEOUT_SECONDS=1 must exceed a quarter of SCHEDULER_LEASE_SECONDS" in (
+        refused.stderr
+    )
+    accepted = _django_setup({**lease, "REDIS_SOCKET_TIMEOUT_SECONDS": "3"})
+    assert accepted.returncode == 0, accepted.stderr

@@ -5,6 +5,7 @@ slot: every slot of the window still gets exactly one run, and every run execute
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -154,3 +155,114 @@ def test_a_scheduler_started_while_no_cluster_node_answers_waits_for_one(
         proc.stop()
     assert proc.popen.returncode == 0, proc.log()
     assert "Traceback" not in proc.log()
+
+
+def _gaps(runs, until: datetime) -> float:
+    """The longest time between two consecutive runs' starts, up to `until` (seconds)."""
+    starts = sorted(r.started_at for r in runs if r.started_at and r.due_at <= until)
+    return max(((b - a).total_seconds() for a, b in itertools.pairwise(starts)), default=0.0)
+
+
+@pytest.mark.parametrize(
+    ("held", "socket_timeout"), [(1.0, 10), (12.0, 3)], ids=["thawed-at-once", "thawed-late"]
+)
+def test_a_frozen_primary_thawed_after_its_replica_took_over_doubles_and_loses_nothing(
+    live, on_redis_cluster, redis_cluster, amqp_broker, settings, tmp_path, held, socket_timeout
+):
+    """The primary serving beta's partition is SIGSTOPped: its connections stay open and
+    nothing answers. Its replica is promoted; then the old primary is thawed, `held`
+    seconds later. Thawed at once, clients still wait on it (inside their 10 s socket
+    timeout), so the commands queued on it run there, as on a primary, before it learns it
+    was demoted and drops its data: a lease renewal it acknowledges then is one the
+    cluster forgets. Thawed late, with REDIS_SOCKET_TIMEOUT_SECONDS=3, the clients give up
+    on it after 3 s and the fleet goes on well before the thaw. Either way every slot fires
+    once and every run executes once (the epochs in PostgreSQL fence a leader that believes
+    it still leads)."""
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    P = next(n for n in range(2, 9) if partition_of(alpha.id, n) != partition_of(beta.id, n))
+    settings.SCHEDULER_PARTITIONS = P
+    second = partition_of(beta.id, P)
+    for tenant in (alpha, beta):
+        tenant.max_concurrency = 1_000
+        tenant.save(update_fields=["max_concurrency"])
+    jobs = {
+        tenant: [
+            make_job(tenant, SystemClock(), name=f"j{i}", schedule={"interval_seconds": 1})
+            for i in range(3)
+        ]
+        for tenant in (alpha, beta)
+    }
+    env = {
+        "REDIS_URL": redis_cluster.url,
+        "REDIS_CLUSTER": "1",
+        "REDIS_CLUSTER_NODES": redis_cluster.nodes_setting,
+        "CELERY_BROKER_URL": amqp_broker,
+        "SCHEDULER_PARTITIONS": str(P),
+        "SCHEDULER_LEASE_SECONDS": "2",
+        "SCHEDULER_LOOKAHEAD_SECONDS": "3",
+        "SCHEDULER_RELAY_INTERVAL_SECONDS": "2",
+        "REDIS_SOCKET_TIMEOUT_SECONDS": str(socket_timeout),
+    }
+    schedulers = [scheduler(tmp_path, f"s{i}", **env) for i in range(2)]
+    procs = [*schedulers, worker(tmp_path, "w1", "--concurrency", "4", **env)]
+    primary = None
+    try:
+        wait_for(lambda: all(_leaders(on_redis_cluster, P).values()), timeout=40)
+        time.sleep(3)
+        primary = redis_cluster.primary_of(index_key(second))
+        frozen_at = time.monotonic()
+        redis_cluster.freeze(primary)
+        wait_for(lambda: redis_cluster.primary_of(index_key(second)) != primary, timeout=30)
+        promoted = time.monotonic() - frozen_at
+        time.sleep(held)
+        redis_cluster.thaw(primary)
+        thawed = time.monotonic() - frozen_at
+        redis_cluster.wait_healthy()
+        rejoined = time.monotonic() - frozen_at
+        time.sleep(12)  # past every client's socket timeout (10 s) on the frozen node
+        stopped_at = datetime.now(UTC)
+        wait_for(
+            lambda: all(
+                r.status == "succeeded"
+                for t in (alpha, beta)
+                for r in runs_of(t, due_at__lte=stopped_at - timedelta(seconds=2))
+            ),
+            timeout=40,
+            interval=0.5,
+        )
+    finally:
+        if primary is not None and primary in redis_cluster.frozen:
+            redis_cluster.thaw(primary)
+        for proc in procs:
+            proc.stop()
+        redis_cluster.restart_dead()
+        for tenant in (alpha, beta):
+            tenant.max_concurrency = 100
+            tenant.save(update_fields=["max_concurrency"])
+    until = stopped_at - timedelta(seconds=2)
+    gaps = {t.slug: _gaps(runs_of(t), until) for t in (alpha, beta)}
+    print(
+        f"frozen primary (thawed {held:.0f} s after the promotion, socket timeout"
+        f" {socket_timeout} s): replica promoted after"
+        f" {promoted:.2f}s, thawed at {thawed:.2f}s,"
+        f" rejoined as a replica at {rejoined:.2f}s; longest gap between run starts: "
+        + ", ".join(f"{slug} {gap:.2f}s" for slug, gap in gaps.items())
+    )
+    for tenant, tenant_jobs in jobs.items():
+        runs = runs_of(tenant)
+        _assert_every_slot_once(runs, tenant_jobs, until)
+        done = [r for r in runs if r.due_at <= until]
+        with schema_context(tenant.schema_name):
+            from runs.models import Attempt
+
+            attempts = Counter(
+                Attempt.objects.filter(run__in=[r.id for r in done]).values_list(
+                    "run_id", flat=True
+                )
+            )
+        assert set(attempts.values()) == {1}, tenant.slug  # each executed once
+        assert len(attempts) == len(done)
+    assert not redis_cluster.primary_of_port(primary)  # the old primary came back a replica
+    if held > socket_timeout + 5:
+        # the fleet went on while the node was still frozen, not only once it was thawed
+        assert max(gaps.values()) < held, gaps

@@ -69,9 +69,21 @@ def dlq_sizes(tenants: list[Tenant]) -> dict[int, int | None]:
 def fleet(now) -> dict:
     client = get_redis()
     status = scheduler_status(client, now)
-    ttl_ms = client.pttl(leader_info_key())
     lease = settings.SCHEDULER_LEASE_SECONDS
-    renewed_ago = None if ttl_ms is None or ttl_ms < 0 else max(0.0, lease - ttl_ms / 1000)
+    # Each partition's last lease renewal, from its leader key's remaining time to live.
+    pipe = client.pipeline(transaction=False)
+    for part in status["partitions"]:
+        pipe.pttl(leader_info_key(part["partition"]))
+    partitions = [
+        {
+            **part,
+            "renewed_ago": (
+                None if ttl_ms is None or ttl_ms < 0 else max(0.0, lease - ttl_ms / 1000)
+            ),
+        }
+        for part, ttl_ms in zip(status["partitions"], pipe.execute(), strict=True)
+    ]
+    renewed_ago = partitions[0]["renewed_ago"]
     depths = queue_depths(client)
     tenants = list(Tenant.objects.exclude(schema_name="public").order_by("slug"))
     sizes = dlq_sizes(tenants)
@@ -109,6 +121,7 @@ def fleet(now) -> dict:
     return {
         "status": status,
         "renewed_ago": renewed_ago,
+        "partitions": partitions,
         "depths": depths,
         "depth_total": sum(depths.values()),
         "dlq": [(t, sizes.get(t.id)) for t in tenants],

@@ -150,6 +150,23 @@ def test_fleet_health_warns_without_a_leader(operator, live):
     assert "runs.high.0" in page and "Dead-letter queue per tenant" in page
 
 
+def test_fleet_health_shows_each_partitions_leader_epoch_and_renewal(
+    operator, live, settings, redis_client
+):
+    from core.keys import leader_info_key
+
+    settings.SCHEDULER_PARTITIONS = 2
+    settings.SCHEDULER_LEASE_SECONDS = 2.0
+    redis_client.set(leader_info_key(1), "host-b:4242", px=1500)  # renewed 0.5 s ago
+    page = operator.get("/admin/fleet/").content.decode()
+    assert "Partitions led</th><td>1 of 2" in page
+    assert "<tr><td>1</td><td>host-b:4242</td>" in page
+    assert "<tr><td>0</td><td><strong>none</strong></td>" in page
+    row = page.split("<tr><td>1</td>", 1)[1].split("</tr>", 1)[0]
+    assert " s ago" in row and "none within the lease" not in row
+    assert "No scheduler holds the lease of partition(s) 0" in page
+
+
 def test_fleet_health_shows_each_tenants_runs_in_flight_against_its_quota(operator, live):
     from tenants.models import Tenant
 

@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         # every benchmark at a small size, each timed: CI runs this (tests/bench)
+        from devstack.pgbouncer import unavailable as pgbouncer_unavailable
+
         small = {
             "schedule_math": lambda: schedule_math.run(number=2000, repeats=1),
             "leader_cost": lambda: leader_cost.run(
@@ -291,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             "api_latency": lambda: api_latency.run(requests=50, bulk_jobs=2000, batch=1000),
             "http_inflight": lambda: http_inflight.run(300, processes=2, hold=30),
             "retention": lambda: retention.run(20_000, jobs=5, seconds=10, max_prune_seconds=120),
+            "throughput": lambda: throughput.run(
+                200, repeats=1, pgbouncer_pool=0 if pgbouncer_unavailable() else 2
+            ),
         }
         result, seconds = {}, {}
         for name, bench in small.items():

@@ -46,6 +46,11 @@ def test_benchmarks_run_at_a_small_size(bench_cleanup):
     assert len(scale["takeover_s"]) == 1
     assert figures["retention"]["pruned"] == figures["retention"]["expected"]
     assert figures["retention"]["old_runs_left"] == 20_000 - figures["retention"]["expected"]
+    assert figures["throughput"]["runs"] == 200 and figures["throughput"]["tickwork_per_s"] > 0
+    from devstack.pgbouncer import unavailable
+
+    if unavailable() is None:  # the worker behind a transaction-pooling PgBouncer ran too
+        assert figures["throughput"]["tickwork_pgbouncer_per_s"] > 0
 
 
 def test_fire_lag_can_run_with_fair_admission_off_for_comparison(bench_cleanup):

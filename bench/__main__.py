@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     hin.add_argument("--receivers", type=int, default=0, help="receiver processes (ports)")
     hin.add_argument("--beat-seconds", type=int, default=10)
     hin.add_argument("--prefetch", type=int, default=1, help="--prefetch-multiplier")
+    hin.add_argument("--workers", type=int, default=1, help="worker processes (parents)")
     many = sub.add_parser(
         "many-tenants", help="leader iterations, lease gaps, failover: many tenants"
     )
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             args.receivers,
             args.beat_seconds,
             args.prefetch,
+            args.workers,
         )
     elif args.bench == "broker-publish":
         from . import broker_publish

@@ -108,8 +108,12 @@ def run(
     receivers: int = 0,
     beat_seconds: int = 10,
     prefetch: int = 1,
+    workers: int = 1,
 ) -> dict:
-    per_process = per_process or -(-inflight // processes) + 100
+    """`workers` worker processes (Celery parents), each with `processes` pool processes:
+    the parent's intake (taking a message, handing it to a pool process) was the limit with
+    one."""
+    per_process = per_process or -(-inflight // (processes * workers)) + 100
     receivers = receivers or max(1, -(-inflight // 15_000))
     client = get_redis()
     [tenant] = bench_tenants(1)
@@ -148,25 +152,28 @@ def run(
         )
     client.flushdb()
     servers = _receivers(receivers)
-    worker = start_worker(
-        "-P",
-        "prefork",
-        "-c",
-        str(processes),
-        "-Q",
-        f"{PROBE_QUEUE},{QUEUE}",
-        "-n",
-        "async@%h",
-        "--prefetch-multiplier",
-        str(prefetch),
-        log=RESULTS / "worker-async.log",
-        TICKWORK_HTTP_EXECUTION="async",
-        TICKWORK_HTTP_MAX_INFLIGHT=str(per_process),
-        SCHEDULER_HTTP_ALLOW_NETWORKS="127.0.0.0/8",
-        SCHEDULER_HEARTBEAT_SECONDS=str(beat_seconds),
-    )
+    pool = [
+        start_worker(
+            "-P",
+            "prefork",
+            "-c",
+            str(processes),
+            "-Q",
+            f"{PROBE_QUEUE},{QUEUE}",
+            "-n",
+            f"async{n}@%h",
+            "--prefetch-multiplier",
+            str(prefetch),
+            log=RESULTS / f"worker-async{n or ''}.log",
+            TICKWORK_HTTP_EXECUTION="async",
+            TICKWORK_HTTP_MAX_INFLIGHT=str(per_process),
+            SCHEDULER_HTTP_ALLOW_NETWORKS="127.0.0.0/8",
+            SCHEDULER_HEARTBEAT_SECONDS=str(beat_seconds),
+        )
+        for n in range(workers)
+    ]
     try:
-        idle_rss = _settled_rss(worker.pid, processes)
+        idle_rss = sum(_settled_rss(worker.pid, processes) for worker in pool)
         ids: list[str] = []
         share = -(-inflight // receivers)
         for job in jobs:
@@ -187,12 +194,12 @@ def run(
             time.sleep(1)
         time.sleep(2)
         running = _running(schema)
-        busy_rss = tree_rss_bytes(worker.pid)
+        busy_rss = sum(tree_rss_bytes(worker.pid) for worker in pool)
         probe_ms = _probe_latency_ms(client, schema, noop.id)
         held = max(peak, _held(servers))
-        beat_ms = heartbeat_statement_ms(schema, ids[: -(-len(ids) // processes)])
+        beat_ms = heartbeat_statement_ms(schema, ids[: -(-len(ids) // (processes * workers))])
     finally:
-        stop_all([worker], schema)
+        stop_all(pool, schema)
         for proc, _ in servers:
             stop(proc)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -201,6 +208,7 @@ def run(
         "held_at_receivers": held,
         "running_in_db": running,
         "reached_after_seconds": round(peak_at, 1),
+        "workers": workers,
         "processes": processes,
         "per_process_cap": per_process,
         "receivers": receivers,
@@ -214,11 +222,12 @@ def run(
         "prefetch_multiplier": prefetch,
     }
     print(
-        f"async HTTP worker, {processes} pool processes: {held:,} of {inflight:,} requests held "
+        f"async HTTP workers: {workers} x {processes} pool processes: {held:,} of {inflight:,}"
+        " requests held "
         f"at the receivers ({running:,} runs running) after {peak_at:.1f}s; RSS "
         f"{result['idle_rss_mib']} -> {result['busy_rss_mib']} MiB = {result['kib_per_run']} "
         f"KiB per run; a no-op run published meanwhile finished in {probe_ms} ms; "
-        f"one process's heartbeat UPDATE ({len(ids) // processes:,} runs) "
+        f"one process's heartbeat UPDATE ({len(ids) // (processes * workers):,} runs) "
         f"{beat_ms:.1f} ms every {beat_seconds} s; open files limit {hard:,} per process",
         flush=True,
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,22 +18,11 @@ from core.clock import SystemClock
 
 from ..integration.helpers import make_job, runs_of
 from .procs import scheduler, wait_for, worker
+from .test_failover import _assert_every_slot_once
 
 pytestmark = pytest.mark.slow
 
 INTERVAL = 2  # seconds between a job's slots
-
-
-def _assert_every_slot_once(runs, jobs, until: datetime) -> None:
-    by_job = defaultdict(list)
-    for run in runs:
-        by_job[run.job_id].append(run.scheduled_for)
-    for job in jobs:
-        slots = sorted(by_job[job.id])
-        assert len(slots) == len(set(slots)), f"job {job.id}: a slot has two runs"
-        due = [s for s in slots if s <= until]
-        steps = {(b - a).total_seconds() for a, b in itertools.pairwise(due)}
-        assert steps == {float(INTERVAL)}, f"job {job.id}: slots missing in {due[0]}..{due[-1]}"
 
 
 def _connected_node(log: str) -> str | None:
@@ -92,7 +81,7 @@ def test_the_leader_s_node_killed_mid_run_loses_and_doubles_nothing(
         alpha.save(update_fields=["max_concurrency"])
     runs = runs_of(alpha)
     until = stopped_at - timedelta(seconds=2)
-    _assert_every_slot_once(runs, jobs, until)
+    _assert_every_slot_once(runs, jobs, until, INTERVAL)
     done = [r for r in runs if r.due_at <= until]
     # How long publishing stopped: the longest a run due around the kill waited to be
     # published (queued_at is set by the fire transaction, after the confirms), and the

@@ -35,14 +35,13 @@ def _leaders(client, partitions: int) -> dict[int, str | None]:
     return out
 
 
-def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
-    live, on_redis_cluster, redis_cluster, amqp_broker, settings, tmp_path
-):
+def _two_tenant_fleet(live, redis_cluster, amqp_broker, settings):
+    """Alpha and beta in partitions of their own (the fewest that put them apart), three
+    jobs every second each, and the environment of a fleet on the cluster:
+    (P, jobs by tenant, env)."""
     alpha, beta = live["alpha"].tenant, live["beta"].tenant
-    # the fewest partitions that put the two tenants apart: one leader each
     P = next(n for n in range(2, 9) if partition_of(alpha.id, n) != partition_of(beta.id, n))
     settings.SCHEDULER_PARTITIONS = P  # the services write each tenant's partition keys
-    first, second = partition_of(alpha.id, P), partition_of(beta.id, P)
     for tenant in (alpha, beta):
         tenant.max_concurrency = 1_000
         tenant.save(update_fields=["max_concurrency"])
@@ -63,6 +62,15 @@ def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
         "SCHEDULER_LOOKAHEAD_SECONDS": "3",
         "SCHEDULER_RELAY_INTERVAL_SECONDS": "2",
     }
+    return P, jobs, env
+
+
+def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
+    live, on_redis_cluster, redis_cluster, amqp_broker, settings, tmp_path
+):
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    P, jobs, env = _two_tenant_fleet(live, redis_cluster, amqp_broker, settings)
+    first, second = partition_of(alpha.id, P), partition_of(beta.id, P)
     schedulers = [scheduler(tmp_path, f"s{i}", **env) for i in range(2)]
     procs = [*schedulers, worker(tmp_path, "w1", "--concurrency", "4", **env)]
     try:
@@ -179,30 +187,9 @@ def test_a_frozen_primary_thawed_after_its_replica_took_over_doubles_and_loses_n
     once and every run executes once (the epochs in PostgreSQL fence a leader that believes
     it still leads)."""
     alpha, beta = live["alpha"].tenant, live["beta"].tenant
-    P = next(n for n in range(2, 9) if partition_of(alpha.id, n) != partition_of(beta.id, n))
-    settings.SCHEDULER_PARTITIONS = P
+    P, jobs, env = _two_tenant_fleet(live, redis_cluster, amqp_broker, settings)
     second = partition_of(beta.id, P)
-    for tenant in (alpha, beta):
-        tenant.max_concurrency = 1_000
-        tenant.save(update_fields=["max_concurrency"])
-    jobs = {
-        tenant: [
-            make_job(tenant, SystemClock(), name=f"j{i}", schedule={"interval_seconds": 1})
-            for i in range(3)
-        ]
-        for tenant in (alpha, beta)
-    }
-    env = {
-        "REDIS_URL": redis_cluster.url,
-        "REDIS_CLUSTER": "1",
-        "REDIS_CLUSTER_NODES": redis_cluster.nodes_setting,
-        "CELERY_BROKER_URL": amqp_broker,
-        "SCHEDULER_PARTITIONS": str(P),
-        "SCHEDULER_LEASE_SECONDS": "2",
-        "SCHEDULER_LOOKAHEAD_SECONDS": "3",
-        "SCHEDULER_RELAY_INTERVAL_SECONDS": "2",
-        "REDIS_SOCKET_TIMEOUT_SECONDS": str(socket_timeout),
-    }
+    env["REDIS_SOCKET_TIMEOUT_SECONDS"] = str(socket_timeout)
     schedulers = [scheduler(tmp_path, f"s{i}", **env) for i in range(2)]
     procs = [*schedulers, worker(tmp_path, "w1", "--concurrency", "4", **env)]
     primary = None

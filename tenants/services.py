@@ -10,12 +10,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import PBKDF2PasswordHasher, get_hasher, make_password
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_tenants.utils import schema_context
 
 from .models import RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, Domain, Tenant
-from .schema_template import template_ensure
+from .schema_template import template_ensure, template_state
 from .signals import tenant_resumed
 from .signing import signing_secret_rotate
 from .tokens import IssuedToken, token_issue
@@ -163,9 +163,12 @@ def tenant_provision(
     password = admin_password or secrets.token_urlsafe(12)
     encoded = _password_hash(password, generated=not admin_password)
     # Before the transaction: building the template runs migrations, which commit.
-    if not template_ensure() and settings.DATABASES["default"].get("TRANSACTION_POOLING"):
+    template_ensure()
+    if connection.transaction_pooling and not template_state().current:
         # Behind a transaction pool the template is not built and a schema is not
-        # migrated here (both need a session of their own): only a clone will do.
+        # migrated here (both need a session of their own): only a clone will do. (Asked
+        # of the template itself: template_ensure says False inside a transaction, as in
+        # Django admin's add view, whatever the template's state.)
         raise ProvisioningError(
             "the tenant template is not current, and behind a transaction pool a new schema"
             " is only cloned from it: run `manage.py tenant_template` with a direct"

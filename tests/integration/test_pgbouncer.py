@@ -355,6 +355,14 @@ def test_commands_that_need_a_session_refuse_the_setting_with_one_line(command):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+PROVISION_IN_A_TRANSACTION = """
+from django.db import transaction
+from tenants.services import tenant_provision
+with transaction.atomic():
+    tenant_provision(slug="pooled-three")
+"""
+
+
 def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bouncer, live):
     import json
 
@@ -391,8 +399,20 @@ def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bounce
         assert refused.returncode != 0
         assert "the tenant template is not current" in refused.stderr
         assert not Tenant.objects.filter(slug="pooled-two").exists()
+        # Inside a transaction, as Django admin's add view provisions: still a clone.
+        in_admin = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", PROVISION_IN_A_TRANSACTION],
+            env=process_env(**pooled),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert in_admin.returncode == 0, in_admin.stderr
+        assert Tenant.objects.filter(slug="pooled-three").exists()
     finally:
         connection.set_schema_to_public()
-        for tenant in Tenant.objects.filter(slug__in=["pooled-one", "pooled-two"]):
+        slugs = ["pooled-one", "pooled-two", "pooled-three"]
+        for tenant in Tenant.objects.filter(slug__in=slugs):
             tenant.auto_drop_schema = True
             tenant.delete(force_drop=True)

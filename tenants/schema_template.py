@@ -159,7 +159,7 @@ def template_ensure() -> bool:
         return False
     if template_state().current:
         return True
-    if connection.settings_dict.get("TRANSACTION_POOLING"):
+    if connection.transaction_pooling:
         return False  # building takes a session lock and migrate_schemas: not behind a pool
     try:
         template_build()

@@ -278,10 +278,10 @@ class DatabaseWrapper(tenants_base.DatabaseWrapper):
 def require_session_connection(what: str) -> None:
     """Refuse, with one line (a CommandError), to run `what` on a transaction-pooled
     connection."""
-    from django.conf import settings
     from django.core.management.base import CommandError
+    from django.db import connection
 
-    if settings.DATABASES["default"].get("TRANSACTION_POOLING"):
+    if connection.transaction_pooling:
         raise CommandError(
             f"{what} needs a PostgreSQL session of its own: unset DB_TRANSACTION_POOLING"
             " and point DATABASE_URL at PostgreSQL (or a session-mode pool) for it"

@@ -67,7 +67,7 @@ def _per_tenant(name: str, help_text: str, values: dict[str, float], *, combine=
 @contextlib.contextmanager
 def bounded_statements(seconds: float) -> Iterator[None]:
     """This connection's statements end after `seconds` until the block ends."""
-    if connection.settings_dict.get("TRANSACTION_POOLING"):
+    if connection.transaction_pooling:
         with connection.statement_timeout_for_block(seconds):
             yield
         return

@@ -332,6 +332,18 @@ def test_server_side_cursors_are_refused_not_broken(bouncer, two_tenants):
         db.close()
 
 
+def _manage(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    """`manage.py <args>` in a process of its own on the test database, `env` on top."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env=process_env(**env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 SESSION_COMMANDS = [
     ["runscheduler"],
     ["migrate_schemas"],
@@ -342,14 +354,7 @@ SESSION_COMMANDS = [
 
 @pytest.mark.parametrize("command", SESSION_COMMANDS)
 def test_commands_that_need_a_session_refuse_the_setting_with_one_line(command):
-    result = subprocess.run(
-        [sys.executable, "manage.py", *command],
-        env=process_env(DB_TRANSACTION_POOLING="1"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _manage(command, DB_TRANSACTION_POOLING="1")
     assert result.returncode != 0
     assert "needs a PostgreSQL session of its own" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -370,14 +375,7 @@ def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bounce
 
     database = connection.settings_dict["NAME"]
     pooled = {"DATABASE_URL": bouncer.url(database), "DB_TRANSACTION_POOLING": "1"}
-    result = subprocess.run(
-        [sys.executable, "manage.py", "provision_tenant", "pooled-one", "--json"],
-        env=process_env(**pooled),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _manage(["provision_tenant", "pooled-one", "--json"], **pooled)
     try:
         assert result.returncode == 0, result.stderr
         schema = json.loads(result.stdout)["schema"]
@@ -388,26 +386,14 @@ def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bounce
             )
             assert cursor.fetchone()[0] == 1
         # With no current template (here: one that does not exist) it is refused, saying why.
-        refused = subprocess.run(
-            [sys.executable, "manage.py", "provision_tenant", "pooled-two"],
-            env=process_env(**pooled, TENANT_TEMPLATE_SCHEMA="no_such_template"),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        refused = _manage(
+            ["provision_tenant", "pooled-two"], **pooled, TENANT_TEMPLATE_SCHEMA="no_such_template"
         )
         assert refused.returncode != 0
         assert "the tenant template is not current" in refused.stderr
         assert not Tenant.objects.filter(slug="pooled-two").exists()
         # Inside a transaction, as Django admin's add view provisions: still a clone.
-        in_admin = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", PROVISION_IN_A_TRANSACTION],
-            env=process_env(**pooled),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        in_admin = _manage(["shell", "-c", PROVISION_IN_A_TRANSACTION], **pooled)
         assert in_admin.returncode == 0, in_admin.stderr
         assert Tenant.objects.filter(slug="pooled-three").exists()
     finally:

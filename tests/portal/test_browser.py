@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import shutil
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from django.db import connection
 from core.clock import SystemClock
 
 from ..integration.helpers import make_job
-from ..scenarios.procs import ROOT, Proc, process_env, scheduler, wait_for, worker
+from ..scenarios.procs import ROOT, free_port, scheduler, wait_for, web, worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -36,36 +35,20 @@ ENV = {"SCHEDULER_LEASE_SECONDS": "2", "SCHEDULER_LOOKAHEAD_SECONDS": "5"}
 TIMEOUT_MS = 30_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def stack(live, tmp_path):
     if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
-    port = _free_port()
-    web = Proc(
-        "web",
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "scheduler_site.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--threads",
-            "4",
-        ],
-        # the test settings: their password hasher verifies the test users' passwords
-        process_env(DJANGO_SETTINGS_MODULE="scheduler_site.settings_test", **ENV),
-        tmp_path,
+    port = free_port()
+    # the test settings: their password hasher verifies the test users' passwords
+    site = web(
+        tmp_path, port, workers=2, DJANGO_SETTINGS_MODULE="scheduler_site.settings_test", **ENV
     )
-    procs = [web, scheduler(tmp_path, "sched", **ENV), worker(tmp_path, "w1", "--concurrency", "2")]
+    procs = [
+        site,
+        scheduler(tmp_path, "sched", **ENV),
+        worker(tmp_path, "w1", "--concurrency", "2"),
+    ]
     try:
         wait_for(lambda: _answers(port), timeout=30)
         yield {"port": port, "world": live, "procs": procs}

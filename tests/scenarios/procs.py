@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,6 +97,19 @@ def worker(log_dir: Path, name: str, *extra: str, **env: str) -> Proc:
         *extra,
     ]
     return Proc(name, args, process_env(**env), log_dir)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def web(log_dir: Path, port: int, *, workers: int = 1, threads: int = 4, **env: str) -> Proc:
+    """gunicorn serving the site on 127.0.0.1:`port`, as the Procfile runs it."""
+    args = [sys.executable, "-m", "gunicorn", "scheduler_site.wsgi", "--bind"]
+    args += [f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads)]
+    return Proc("web", args, process_env(**env), log_dir)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05):

@@ -5,8 +5,6 @@ connections share two server connections."""
 
 from __future__ import annotations
 
-import socket
-import sys
 from collections import Counter
 
 import httpx
@@ -19,19 +17,13 @@ from devstack import pgbouncer
 from runs.models import Attempt
 
 from ..integration.helpers import runs_of
-from .procs import Proc, process_env, scheduler, wait_for, worker
+from .procs import free_port, process_env, scheduler, wait_for, web, worker
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(pgbouncer.unavailable() is not None, reason=str(pgbouncer.unavailable())),
 ]
 ENV = {"SCHEDULER_LEASE_SECONDS": "2", "SCHEDULER_LOOKAHEAD_SECONDS": "5"}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _pool_figures(bouncer, database: str) -> dict[str, int]:
@@ -58,26 +50,10 @@ def test_web_and_worker_through_a_transaction_pool(live, redis_client, tmp_path,
             "DB_CONN_MAX_AGE": "60",
             "SCHEDULER_TASK_MODULES": "tests.scenarios.tasks",  # test.tenant_jobs
         }
-        port = _free_port()
-        web = Proc(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "scheduler_site.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--threads",
-                "4",
-            ],
-            process_env(**pooled),
-            tmp_path,
-        )
+        port = free_port()
+        site = web(tmp_path, port, **pooled)
         procs = [
-            web,
+            site,
             scheduler(tmp_path, "sched", **ENV),
             worker(tmp_path, "w1", "--concurrency", "3", **pooled),
         ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 import pytest
@@ -42,6 +42,31 @@ def _quota_out_of_the_way(live):
 def _leader(client) -> str | None:
     raw = client.get(leader_info_key())
     return raw.decode() if raw else None
+
+
+def _assert_each_executed_once(tenant, runs) -> None:
+    """Every run of `runs` (the tenant's) has exactly one attempt."""
+    from django_tenants.utils import schema_context
+
+    from runs.models import Attempt
+
+    with schema_context(tenant.schema_name):
+        attempts = Counter(
+            Attempt.objects.filter(run__in=[r.id for r in runs]).values_list("run_id", flat=True)
+        )
+    assert set(attempts.values()) == {1}, tenant.slug  # each executed once
+    assert len(attempts) == len(runs), tenant.slug
+
+
+def _wait_succeeded(tenants, until: datetime, timeout: float) -> None:
+    """Until every run of `tenants` due by `until` has succeeded."""
+    wait_for(
+        lambda: all(
+            r.status == "succeeded" for t in tenants for r in runs_of(t, due_at__lte=until)
+        ),
+        timeout=timeout,
+        interval=0.5,
+    )
 
 
 def _assert_every_slot_once(runs, jobs, until: datetime, interval: float = 1.0) -> None:

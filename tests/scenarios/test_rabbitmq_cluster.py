@@ -8,17 +8,15 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django_tenants.utils import schema_context
 
 from core.clock import SystemClock
 
 from ..integration.helpers import make_job, runs_of
 from .procs import scheduler, wait_for, worker
-from .test_failover import _assert_every_slot_once
+from .test_failover import _assert_each_executed_once, _assert_every_slot_once, _wait_succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -66,14 +64,7 @@ def test_the_leader_s_node_killed_mid_run_loses_and_doubles_nothing(
         time.sleep(12)
         stopped_at = datetime.now(UTC)
         # the runs due before the window's end have time to execute
-        wait_for(
-            lambda: all(
-                r.status == "succeeded"
-                for r in runs_of(alpha, due_at__lte=stopped_at - timedelta(seconds=2))
-            ),
-            timeout=60,
-            interval=0.5,
-        )
+        _wait_succeeded([alpha], stopped_at - timedelta(seconds=2), 60)
     finally:
         for proc in procs:
             proc.stop()
@@ -102,11 +93,4 @@ def test_the_leader_s_node_killed_mid_run_loses_and_doubles_nothing(
     # The worker reconnected at once: Celery's delayed-delivery step, left out on quorum
     # queues (scheduler_site/celery_consumer.py), held it about 17 s on the dead node.
     assert start_lag < 8, start_lag
-    with schema_context(alpha.schema_name):
-        from runs.models import Attempt
-
-        attempts = Counter(
-            Attempt.objects.filter(run__in=[r.id for r in done]).values_list("run_id", flat=True)
-        )
-    assert set(attempts.values()) == {1}  # each executed once
-    assert len(attempts) == len(done)
+    _assert_each_executed_once(alpha, done)

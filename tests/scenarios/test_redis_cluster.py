@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django_tenants.utils import schema_context
 
 from core.clock import SystemClock
 from core.keys import index_key, leader_info_key
@@ -19,7 +17,7 @@ from core.partitions import partition_of
 
 from ..integration.helpers import make_job, runs_of
 from .procs import scheduler, wait_for, worker
-from .test_failover import _assert_every_slot_once
+from .test_failover import _assert_each_executed_once, _assert_every_slot_once, _wait_succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -103,15 +101,7 @@ def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
         time.sleep(5)
         stopped_at = datetime.now(UTC)
         # the runs due before the window's end have time to execute
-        wait_for(
-            lambda: all(
-                r.status == "succeeded"
-                for t in (alpha, beta)
-                for r in runs_of(t, due_at__lte=stopped_at - timedelta(seconds=2))
-            ),
-            timeout=30,
-            interval=0.5,
-        )
+        _wait_succeeded((alpha, beta), stopped_at - timedelta(seconds=2), 30)
     finally:
         for proc in procs:
             proc.stop()
@@ -125,16 +115,7 @@ def test_a_scheduler_kill_and_a_primary_failover_lose_and_double_nothing(
         _assert_every_slot_once(runs, tenant_jobs, stopped_at - timedelta(seconds=2))
         done = [r for r in runs if r.due_at <= stopped_at - timedelta(seconds=2)]
         assert len(done) >= 3 * 15, tenant.slug  # about 17 s of three jobs a second
-        with schema_context(tenant.schema_name):
-            from runs.models import Attempt
-
-            attempts = Counter(
-                Attempt.objects.filter(run__in=[r.id for r in done]).values_list(
-                    "run_id", flat=True
-                )
-            )
-        assert set(attempts.values()) == {1}, tenant.slug  # each executed once
-        assert len(attempts) == len(done)
+        _assert_each_executed_once(tenant, done)
     assert "took the lease" in survivor.log()
     during = survivor.log()[log_before:]
     assert f"stepping down from partition {second}" in during  # its primary went away
@@ -208,15 +189,7 @@ def test_a_frozen_primary_thawed_after_its_replica_took_over_doubles_and_loses_n
         rejoined = time.monotonic() - frozen_at
         time.sleep(12)  # past every client's socket timeout (10 s) on the frozen node
         stopped_at = datetime.now(UTC)
-        wait_for(
-            lambda: all(
-                r.status == "succeeded"
-                for t in (alpha, beta)
-                for r in runs_of(t, due_at__lte=stopped_at - timedelta(seconds=2))
-            ),
-            timeout=40,
-            interval=0.5,
-        )
+        _wait_succeeded((alpha, beta), stopped_at - timedelta(seconds=2), 40)
     finally:
         if primary is not None and primary in redis_cluster.frozen:
             redis_cluster.thaw(primary)
@@ -239,16 +212,7 @@ def test_a_frozen_primary_thawed_after_its_replica_took_over_doubles_and_loses_n
         runs = runs_of(tenant)
         _assert_every_slot_once(runs, tenant_jobs, until)
         done = [r for r in runs if r.due_at <= until]
-        with schema_context(tenant.schema_name):
-            from runs.models import Attempt
-
-            attempts = Counter(
-                Attempt.objects.filter(run__in=[r.id for r in done]).values_list(
-                    "run_id", flat=True
-                )
-            )
-        assert set(attempts.values()) == {1}, tenant.slug  # each executed once
-        assert len(attempts) == len(done)
+        _assert_each_executed_once(tenant, done)
     assert not redis_cluster.primary_of_port(primary)  # the old primary came back a replica
     if held > socket_timeout + 5:
         # the fleet went on while the node was still frozen, not only once it was thawed

@@ -77,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SERVERS",
         help="also a worker behind a transaction-pooling PgBouncer with SERVERS connections",
     )
+    thr.add_argument(
+        "--pooled-direct",
+        action="store_true",
+        help="also a worker with DB_TRANSACTION_POOLING=1 connected directly (no PgBouncer)",
+    )
     pub = sub.add_parser("broker-publish", help="the leader's publish: RabbitMQ vs Redis")
     pub.add_argument("--count", type=int, default=10_000)
     pub.add_argument("--repeats", type=int, default=3)
@@ -211,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         result = broker_publish.run(args.count, args.repeats)
     elif args.bench == "throughput":
         result = throughput.run(
-            args.count, args.repeats, broker=args.broker, pgbouncer_pool=args.pgbouncer
+            args.count,
+            args.repeats,
+            broker=args.broker,
+            pgbouncer_pool=args.pgbouncer,
+            pooled_direct=args.pooled_direct,
         )
     elif args.bench == "many-tenants":
         result = many_tenants.run(

@@ -36,7 +36,9 @@ from .processes import start_worker, stop, wait_until
 from .world import bench_tenants, drop_bench_data
 
 QUEUE, PLAIN_QUEUE = "runs.normal.0", "bench.plain"
-POOLED_QUEUE = "runs.normal.1"  # the worker behind PgBouncer (--pgbouncer) listens here
+# The extra workers' own queues: behind PgBouncer (--pgbouncer), and with the pooling
+# backend connected directly (--pooled-direct), each measured beside the plain worker.
+POOLED_QUEUE, POOLED_DIRECT_QUEUE = "runs.normal.1", "runs.normal.2"
 
 
 def run_messages(schema: str, ids: list[str], queue: str = QUEUE) -> list[bytes]:
@@ -156,9 +158,9 @@ def _ours_round(client, schema: str, job_id: int, count: int, queue: str = QUEUE
     return count / (_last_finish(schema, literal) - started)
 
 
-def _pooled_url(bouncer) -> str:
+def _database_url(host: str, port: int) -> str:
     s = connection.settings_dict
-    return bouncer.url(s["NAME"], s.get("USER") or "postgres")
+    return f"postgresql://{s.get('USER') or 'postgres'}@{host}:{port}/{s['NAME']}"
 
 
 def run(
@@ -167,13 +169,16 @@ def run(
     concurrency: int = 2,
     broker: str = "redis",
     pgbouncer_pool: int = 0,
+    pooled_direct: bool = False,
 ) -> dict:
-    """`pgbouncer_pool`: also run a second worker, its database behind a transaction-pooling
-    PgBouncer with this many server connections (DB_TRANSACTION_POOLING=1), side by side."""
-    if pgbouncer_pool and broker != "redis":
-        raise SystemExit("--pgbouncer runs on the Redis broker only")
+    """`pgbouncer_pool`: also run a worker whose database is behind a transaction-pooling
+    PgBouncer with this many server connections (DB_TRANSACTION_POOLING=1); `pooled_direct`:
+    also one with DB_TRANSACTION_POOLING=1 connected to PostgreSQL directly (the backend's
+    own cost, without PgBouncer's hop). Each is measured side by side with the plain one."""
+    if (pgbouncer_pool or pooled_direct) and broker != "redis":
+        raise SystemExit("--pgbouncer and --pooled-direct run on the Redis broker only")
     with contextlib.ExitStack() as stack:
-        bouncer = None
+        extras: list[tuple[str, str, dict[str, str]]] = []
         if pgbouncer_pool:
             from devstack.pgbouncer import running_pgbouncer, target_of
 
@@ -181,10 +186,18 @@ def run(
             bouncer = stack.enter_context(
                 running_pgbouncer(pool_size=pgbouncer_pool, pg_host=pg_host, pg_port=pg_port)
             )
-        return _run(count, repeats, concurrency, broker, bouncer)
+            url = _database_url("127.0.0.1", bouncer.port)
+            extras.append(("pgbouncer", POOLED_QUEUE, {"DATABASE_URL": url}))
+        if pooled_direct:
+            extras.append(("pooled_direct", POOLED_DIRECT_QUEUE, {}))
+        result = _run(count, repeats, concurrency, broker, extras)
+        if pgbouncer_pool:
+            result["pgbouncer_pool"] = pgbouncer_pool
+        return result
 
 
-def _run(count: int, repeats: int, concurrency: int, broker: str, bouncer) -> dict:
+def _run(count: int, repeats: int, concurrency: int, broker: str, extras) -> dict:
+    """`extras`: (label, queue, environment) of each worker with DB_TRANSACTION_POOLING=1."""
     client = get_redis()
     worker_env: dict[str, str] = {}
     queues = f"{QUEUE},{PLAIN_QUEUE}"
@@ -217,31 +230,34 @@ def _run(count: int, repeats: int, concurrency: int, broker: str, bouncer) -> di
         log=Path("bench/results/worker.log"),
         **worker_env,
     )
-    pooled_worker = None
-    if bouncer is not None:
-        pooled_worker = start_worker(
+    others = [
+        start_worker(
             "-c",
             str(concurrency),
             "-Q",
-            POOLED_QUEUE,
-            log=Path("bench/results/worker-pgbouncer.log"),
-            DATABASE_URL=_pooled_url(bouncer),
+            queue,
+            log=Path(f"bench/results/worker-{label}.log"),
             DB_TRANSACTION_POOLING="1",
+            **env,
         )
+        for label, queue, env in extras
+    ]
     try:
         _plain_round(client, 50)  # warm-up: the worker is up and connected
-        if pooled_worker is not None:
-            _ours_round(client, tenant.schema_name, job.id, 50, POOLED_QUEUE)
-        plain, ours, pooled = [], [], []
+        for _label, queue, _env in extras:
+            _ours_round(client, tenant.schema_name, job.id, 50, queue)
+        plain, ours = [], []
+        extra_rates: dict[str, list[float]] = {label: [] for label, _q, _e in extras}
         for _ in range(repeats):
             plain.append(_plain_round(client, count))
             ours.append(_ours_round(client, tenant.schema_name, job.id, count))
-            if pooled_worker is not None:
-                pooled.append(_ours_round(client, tenant.schema_name, job.id, count, POOLED_QUEUE))
+            for label, queue, _env in extras:
+                extra_rates[label].append(
+                    _ours_round(client, tenant.schema_name, job.id, count, queue)
+                )
     finally:
-        stop(worker)
-        if pooled_worker is not None:
-            stop(pooled_worker)
+        for process in [worker, *others]:
+            stop(process)
     result = {
         "broker": broker,
         "runs": count,
@@ -259,16 +275,18 @@ def _run(count: int, repeats: int, concurrency: int, broker: str, bouncer) -> di
         f"{result['publish_per_s']:,.0f} messages/s",
         flush=True,
     )
-    if pooled:
-        result["pgbouncer_pool"] = bouncer.pool_size
-        result["tickwork_pgbouncer_per_s"] = statistics.median(pooled)
-        result["pgbouncer_ratio"] = statistics.median(
-            q / o for q, o in zip(pooled, ours, strict=True)
+    described = {
+        "pgbouncer": "behind PgBouncer (transaction pooling, DB_TRANSACTION_POOLING=1)",
+        "pooled_direct": "with DB_TRANSACTION_POOLING=1 connected directly (no PgBouncer)",
+    }
+    for label, rates in extra_rates.items():
+        result[f"tickwork_{label}_per_s"] = statistics.median(rates)
+        result[f"{label}_ratio"] = statistics.median(
+            r / o for r, o in zip(rates, ours, strict=True)
         )
         print(
-            f"the same worker behind PgBouncer (transaction pooling, {bouncer.pool_size} server "
-            f"connections, DB_TRANSACTION_POOLING=1): {result['tickwork_pgbouncer_per_s']:,.0f}/s,"
-            f" {result['pgbouncer_ratio']:.2f} of direct",
+            f"the same worker {described[label]}: {result[f'tickwork_{label}_per_s']:,.0f}/s,"
+            f" {result[f'{label}_ratio']:.2f} of direct",
             flush=True,
         )
     return result

@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     thr.add_argument("--count", type=int, default=5000)
     thr.add_argument("--repeats", type=int, default=3)
     thr.add_argument(
+        "--concurrency", type=int, default=2, help="prefork processes of each worker (-c)"
+    )
+    thr.add_argument(
         "--broker",
         choices=("redis", "amqp"),
         default="redis",
@@ -218,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         result = throughput.run(
             args.count,
             args.repeats,
+            concurrency=args.concurrency,
             broker=args.broker,
             pgbouncer_pool=args.pgbouncer,
             pooled_direct=args.pooled_direct,

@@ -15,6 +15,9 @@ import statistics
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -31,6 +34,7 @@ from core.sql import pg_array, table
 from jobs.services import Actor, job_create
 from runs.ids import uuid7
 
+from . import cpu
 from .celery_tasks import PLAIN_COUNTER
 from .processes import start_worker, stop, wait_until
 from .world import bench_tenants, drop_bench_data
@@ -39,6 +43,7 @@ QUEUE, PLAIN_QUEUE = "runs.normal.0", "bench.plain"
 # The extra workers' own queues: behind PgBouncer (--pgbouncer), and with the pooling
 # backend connected directly (--pooled-direct), each measured beside the plain worker.
 POOLED_QUEUE, POOLED_DIRECT_QUEUE = "runs.normal.1", "runs.normal.2"
+Meter = Callable[[], AbstractContextManager]  # around a round's timed part (bench/cpu.py)
 
 
 def run_messages(schema: str, ids: list[str], queue: str = QUEUE) -> list[bytes]:
@@ -96,7 +101,7 @@ def _publish(client, queue: str, messages: list[bytes]) -> None:
     pipe.execute()
 
 
-def _plain_round(client, count: int) -> float:
+def _plain_round(client, count: int, meter: Meter = contextlib.nullcontext) -> float:
     client.delete(PLAIN_COUNTER)
     messages = [
         build_message(
@@ -108,10 +113,11 @@ def _plain_round(client, count: int) -> float:
         )
         for _ in range(count)
     ]
-    started = time.perf_counter()
-    _publish(client, PLAIN_QUEUE, messages)
-    assert wait_until(lambda: int(client.get(PLAIN_COUNTER) or 0) >= count, 600, 0.02)
-    return count / (time.perf_counter() - started)
+    with meter():
+        started = time.perf_counter()
+        _publish(client, PLAIN_QUEUE, messages)
+        assert wait_until(lambda: int(client.get(PLAIN_COUNTER) or 0) >= count, 600, 0.02)
+        return count / (time.perf_counter() - started)
 
 
 def _queued_runs(schema: str, job_id: int, count: int) -> list[str]:
@@ -135,6 +141,18 @@ def _succeeded(schema: str, ids: str) -> int:
         return cursor.fetchone()[0]
 
 
+def _unfinished(schema: str) -> int:
+    """Runs still queued or running: read through their partial indexes, so a poll costs
+    the remaining rows, not the round's (a poll by the round's ids cost PostgreSQL more
+    CPU than the worker's own statements at 20,000 a round, on the same two cores)."""
+    query = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('queued', 'running')").format(
+        table(schema, "runs_run")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        return cursor.fetchone()[0]
+
+
 def _last_finish(schema: str, ids: str) -> float:
     query = sql.SQL("SELECT max(finished_at) FROM {} WHERE id = ANY(%s::uuid[])").format(
         table(schema, "runs_run")
@@ -144,17 +162,27 @@ def _last_finish(schema: str, ids: str) -> float:
         return cursor.fetchone()[0].timestamp()
 
 
-def _ours_round(client, schema: str, job_id: int, count: int, queue: str = QUEUE) -> float:
+def _ours_round(
+    client,
+    schema: str,
+    job_id: int,
+    count: int,
+    queue: str = QUEUE,
+    meter: Meter = contextlib.nullcontext,
+) -> float:
     ids = _queued_runs(schema, job_id, count)
     messages = run_messages(schema, ids, queue)
     literal = pg_array(ids)
-    started = time.time()
-    _publish(client, queue, messages)
-    if queue == QUEUE:
-        PUBLISH_SECONDS.append(time.time() - started)
-    # Poll gently (the poll must not compete with the worker for the database), then
-    # time the batch by its last finish as recorded by the worker.
-    assert wait_until(lambda: _succeeded(schema, literal) >= count, 600, 0.5)
+    # Metered from here on: not the rows' INSERT above, which is the leader's work.
+    with meter():
+        started = time.time()
+        _publish(client, queue, messages)
+        if queue == QUEUE:
+            PUBLISH_SECONDS.append(time.time() - started)
+        # Poll gently (the poll must not compete with the worker for the database), then
+        # time the batch by its last finish as recorded by the worker.
+        assert wait_until(lambda: _unfinished(schema) == 0, 600, 0.5)
+    assert _succeeded(schema, literal) == count
     return count / (_last_finish(schema, literal) - started)
 
 
@@ -247,10 +275,15 @@ def _run(count: int, repeats: int, concurrency: int, broker: str, extras) -> dic
         for _label, queue, _env in extras:
             _ours_round(client, tenant.schema_name, job.id, 50, queue)
         plain, ours = [], []
+        # CPU per run of each kind of process, per round: where Tickwork's extra time goes
+        # (docs/benchmarks.md, "Where the time goes").
+        cpu_split: dict[str, list[dict[str, float]]] = {"plain": [], "tickwork": []}
         extra_rates: dict[str, list[float]] = {label: [] for label, _q, _e in extras}
         for _ in range(repeats):
-            plain.append(_plain_round(client, count))
-            ours.append(_ours_round(client, tenant.schema_name, job.id, count))
+            plain_meter = partial(cpu.per_item, worker.pid, count, cpu_split["plain"])
+            ours_meter = partial(cpu.per_item, worker.pid, count, cpu_split["tickwork"])
+            plain.append(_plain_round(client, count, plain_meter))
+            ours.append(_ours_round(client, tenant.schema_name, job.id, count, meter=ours_meter))
             for label, queue, _env in extras:
                 extra_rates[label].append(
                     _ours_round(client, tenant.schema_name, job.id, count, queue)
@@ -267,6 +300,10 @@ def _run(count: int, repeats: int, concurrency: int, broker: str, extras) -> dic
         "tickwork_per_s": statistics.median(ours),
         "ratio": statistics.median(o / p for o, p in zip(ours, plain, strict=True)),
         "publish_per_s": count / statistics.median(PUBLISH_SECONDS),
+        "cpu_us_per_run": {
+            kind: {group: statistics.median(r[group] for r in rounds) for group in cpu.GROUPS}
+            for kind, rounds in cpu_split.items()
+        },
     }
     print(
         f"noop throughput on {broker}, {count:,} each, {concurrency} worker processes, median of "
@@ -275,6 +312,9 @@ def _run(count: int, repeats: int, concurrency: int, broker: str, extras) -> dic
         f"{result['publish_per_s']:,.0f} messages/s",
         flush=True,
     )
+    for kind, label in (("plain", "plain Celery"), ("tickwork", "Tickwork")):
+        split = cpu.describe(result["cpu_us_per_run"][kind])
+        print(f"CPU per run, {label}: {split}", flush=True)
     described = {
         "pgbouncer": "behind PgBouncer (transaction pooling, DB_TRANSACTION_POOLING=1)",
         "pooled_direct": "with DB_TRANSACTION_POOLING=1 connected directly (no PgBouncer)",

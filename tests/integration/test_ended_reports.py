@@ -107,3 +107,29 @@ def test_a_worker_shutdown_flushes_the_reports(monkeypatch):
     worker_process_shutdown.send(sender=None, pid=0, exitcode=0)
     worker_shutdown.send(sender=None)
     assert len(flushed) == 2 and all(timeout > 0 for timeout in flushed)
+
+
+def test_reports_made_within_the_linger_go_in_one_batch(redis_client):
+    batches: list[int] = []
+
+    class Counting(EndedReporter):
+        def _send(self, batch):
+            batches.append(len(batch))
+            super()._send(batch)
+
+    # Reports 50 ms apart, as tasks end (without a linger the thread, idle between them,
+    # sends each alone), within a linger far longer than they take.
+    reporter = Counting(linger=3.0)
+    for n in range(5):
+        reporter.report(_keys(), (f"1:run-{n}:1", 100, ""))
+        threading.Event().wait(0.05)
+    assert reporter.flush(10)
+    assert batches == [5]
+    assert redis_client.llen(ended_key(0)) == 5
+
+
+def test_a_flush_with_nothing_queued_is_answered_without_the_linger(redis_client):
+    reporter = EndedReporter(linger=3.0)
+    reporter.report(_keys(), ("1:first:1", 100, ""))
+    assert reporter.flush(10)  # the first batch waited its linger
+    assert reporter.flush(1)  # nothing queued: no linger for a flush alone

@@ -62,6 +62,20 @@ def default_domain_for(slug: str, base_domain: str = "localhost") -> str:
 def check_provisioning(slug: str, domain: str, admin_user: str) -> None:
     """ProvisioningError if `tenant_provision` would refuse these (for forms that ask)."""
     _validate(slug, domain.lower(), admin_user)
+    _check_clone_possible()
+
+
+def _check_clone_possible() -> None:
+    if connection.transaction_pooling and not template_state().current:
+        # Behind a transaction pool the template is not built and a schema is not
+        # migrated here (both need a session of their own): only a clone will do. (Asked
+        # of the template itself: template_ensure says False inside a transaction, as in
+        # Django admin's add view, whatever the template's state.)
+        raise ProvisioningError(
+            "the tenant template is not current, and behind a transaction pool a new schema"
+            " is only cloned from it: run `manage.py tenant_template` with a direct"
+            " DATABASE_URL (a release step), then provision again"
+        )
 
 
 def _validate(slug: str, domain: str, admin_user: str) -> None:
@@ -164,16 +178,7 @@ def tenant_provision(
     encoded = _password_hash(password, generated=not admin_password)
     # Before the transaction: building the template runs migrations, which commit.
     template_ensure()
-    if connection.transaction_pooling and not template_state().current:
-        # Behind a transaction pool the template is not built and a schema is not
-        # migrated here (both need a session of their own): only a clone will do. (Asked
-        # of the template itself: template_ensure says False inside a transaction, as in
-        # Django admin's add view, whatever the template's state.)
-        raise ProvisioningError(
-            "the tenant template is not current, and behind a transaction pool a new schema"
-            " is only cloned from it: run `manage.py tenant_template` with a direct"
-            " DATABASE_URL (a release step), then provision again"
-        )
+    _check_clone_possible()
     # Schema DDL is transactional in PostgreSQL: a failure anywhere leaves nothing behind.
     with transaction.atomic():
         tenant = Tenant(

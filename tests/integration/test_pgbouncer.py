@@ -368,6 +368,14 @@ with transaction.atomic():
 """
 
 
+ADMIN_FORM_ERRORS = """
+from scheduler_site.admin import TenantProvisionForm
+form = TenantProvisionForm(data={"slug": "pooled-two", "name": "Two", "admin_user": "admin",
+                                 "weight": 1, "max_concurrency": 5})
+print(form.is_valid(), form.errors.as_text())
+"""
+
+
 def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bouncer, live):
     import json
 
@@ -391,6 +399,13 @@ def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bounce
         )
         assert refused.returncode != 0
         assert "the tenant template is not current" in refused.stderr
+        assert not Tenant.objects.filter(slug="pooled-two").exists()
+        # Django admin's add form says so as a form error (it was a server error).
+        form = _manage(
+            ["shell", "-c", ADMIN_FORM_ERRORS], **pooled, TENANT_TEMPLATE_SCHEMA="no_such_template"
+        )
+        assert form.returncode == 0, form.stderr
+        assert "False" in form.stdout and "the tenant template is not current" in form.stdout
         assert not Tenant.objects.filter(slug="pooled-two").exists()
         # Inside a transaction, as Django admin's add view provisions: still a clone.
         in_admin = _manage(["shell", "-c", PROVISION_IN_A_TRANSACTION], **pooled)

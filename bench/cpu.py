@@ -3,8 +3,10 @@ processes a benchmark's work costs, and how much of the cores it leaves idle.
 
 A snapshot reads every process's user+system time (`/proc` through psutil) and files it
 under a group: the worker's parent, its pool children, PostgreSQL, Redis, RabbitMQ, this
-process, and the rest. Processes that ended between two snapshots are not counted, so
-the groups are for long-lived processes (a benchmark's workers and servers)."""
+process, and the rest: every process of that kind on the machine, so the figures are a
+quiet machine's. A process that ends between two snapshots counts through its parent's
+reaped-children time (a database backend under the postmaster, a pool child under the
+worker's parent), when that parent is still there."""
 
 from __future__ import annotations
 
@@ -34,15 +36,26 @@ def _group(process: psutil.Process, worker_pid: int, name: str, ppid: int) -> st
     return "other"
 
 
-def snapshot(worker_pid: int) -> dict[int, tuple[str, float]]:
-    """pid -> (group, CPU seconds so far) of every process this user may read."""
-    taken: dict[int, tuple[str, float]] = {}
-    for process in psutil.process_iter(["name", "ppid", "cpu_times"]):
-        times = process.info["cpu_times"]
-        if times is None:  # gone, or not ours to read
+# (pid, start time, "self" or "reaped"): a pid reused by a new process is another key.
+Key = tuple[int, float, str]
+Snapshot = dict[Key, tuple[str, float]]
+
+
+def snapshot(worker_pid: int) -> Snapshot:
+    """Every process this user may read: its own CPU seconds so far, and those of its
+    children that ended (the kernel adds them to the parent that reaped them), so that a
+    database backend or a pool child that exits between two snapshots still counts: under
+    the postmaster's group and the worker's children's."""
+    taken: Snapshot = {}
+    for process in psutil.process_iter(["name", "ppid", "cpu_times", "create_time"]):
+        times, started = process.info["cpu_times"], process.info["create_time"]
+        if times is None or started is None:  # gone, or not ours to read
             continue
         group = _group(process, worker_pid, process.info["name"] or "", process.info["ppid"])
-        taken[process.pid] = (group, times.user + times.system)
+        taken[(process.pid, started, "self")] = (group, times.user + times.system)
+        reaped_group = "worker children" if group == "worker parent" else group
+        reaped = times.children_user + times.children_system
+        taken[(process.pid, started, "reaped")] = (reaped_group, reaped)
     return taken
 
 
@@ -56,10 +69,10 @@ class CpuSplit:
         return {group: 1e6 * s / count for group, s in self.seconds.items()}
 
 
-def between(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> CpuSplit:
+def between(before: Snapshot, after: Snapshot) -> CpuSplit:
     seconds = dict.fromkeys(GROUPS, 0.0)
-    for pid, (group, cpu) in after.items():
-        start = before.get(pid)
+    for key, (group, cpu) in after.items():
+        start = before.get(key)
         # A process born during the interval counts from zero: its whole CPU time is new.
         seconds[group] += cpu - (start[1] if start and start[0] == group else 0.0)
     return CpuSplit(seconds)

@@ -1,6 +1,7 @@
 """End-to-end throughput of `builtin.noop` runs (published to finished) on one worker of
-two prefork processes, side by side with plain Celery running a no-op task on the same
-worker: the ratio is what our bookkeeping (claim, attempt row, outcome) costs.
+two prefork processes (`concurrency`), side by side with plain Celery running a no-op
+task on the same worker: the ratio is what our bookkeeping (claim, attempt row, outcome)
+costs. Each round also reports the CPU per run of each kind of process (`bench/cpu.py`).
 
 `--broker amqp` runs both sides on RabbitMQ (ADR 0019): the messages are published the way
 the leader publishes them there (`beat/amqp_writes.py`: confirmed chunks), to a vhost of
@@ -142,9 +143,9 @@ def _succeeded(schema: str, ids: str) -> int:
 
 
 def _unfinished(schema: str) -> int:
-    """Runs still queued or running: read through their partial indexes, so a poll costs
-    the remaining rows, not the round's (a poll by the round's ids cost PostgreSQL more
-    CPU than the worker's own statements at 20,000 a round, on the same two cores)."""
+    """Runs still queued or running, read through the status index, so a poll costs the
+    remaining rows, not the round's (a poll by the round's ids cost PostgreSQL more CPU
+    than the worker's own statements at 20,000 a round, on the same two cores)."""
     query = sql.SQL("SELECT count(*) FROM {} WHERE status IN ('queued', 'running')").format(
         table(schema, "runs_run")
     )

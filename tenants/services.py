@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_tenants.utils import schema_context
 
 from .models import RETENTION_MAX_DAYS, RETENTION_MIN_DAYS, Domain, Tenant
-from .schema_template import template_ensure, template_state
+from .schema_template import template_ensure, template_name, template_state
 from .signals import tenant_resumed
 from .signing import signing_secret_rotate
 from .tokens import IssuedToken, token_issue
@@ -66,7 +66,15 @@ def check_provisioning(slug: str, domain: str, admin_user: str) -> None:
 
 
 def _check_clone_possible() -> None:
-    if connection.transaction_pooling and not template_state().current:
+    if not connection.transaction_pooling:
+        return
+    if not template_name():
+        raise ProvisioningError(
+            "TENANT_TEMPLATE_SCHEMA is empty, and behind a transaction pool a new schema is"
+            " only cloned from the template: set it (and run `manage.py tenant_template` with"
+            " a direct DATABASE_URL), or provision with a direct DATABASE_URL"
+        )
+    if not template_state().current:
         # Behind a transaction pool the template is not built and a schema is not
         # migrated here (both need a session of their own): only a clone will do. (Asked
         # of the template itself: template_ensure says False inside a transaction, as in

@@ -369,10 +369,12 @@ with transaction.atomic():
 
 
 ADMIN_FORM_ERRORS = """
+from django.db import transaction
 from scheduler_site.admin import TenantProvisionForm
 form = TenantProvisionForm(data={"slug": "pooled-two", "name": "Two", "admin_user": "admin",
                                  "weight": 1, "max_concurrency": 5})
-print(form.is_valid(), form.errors.as_text())
+with transaction.atomic():  # as Django admin's add view validates
+    print(form.is_valid(), form.errors.as_text())
 """
 
 
@@ -406,6 +408,10 @@ def test_a_tenant_is_provisioned_through_the_pool_by_cloning_the_template(bounce
         )
         assert form.returncode == 0, form.stderr
         assert "False" in form.stdout and "the tenant template is not current" in form.stdout
+        assert not Tenant.objects.filter(slug="pooled-two").exists()
+        # With templates turned off, the refusal says that, not to build a template.
+        off = _manage(["provision_tenant", "pooled-two"], **pooled, TENANT_TEMPLATE_SCHEMA="")
+        assert off.returncode != 0 and "TENANT_TEMPLATE_SCHEMA is empty" in off.stderr
         assert not Tenant.objects.filter(slug="pooled-two").exists()
         # Inside a transaction, as Django admin's add view provisions: still a clone.
         in_admin = _manage(["shell", "-c", PROVISION_IN_A_TRANSACTION], **pooled)

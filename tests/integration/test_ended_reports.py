@@ -119,7 +119,7 @@ def test_reports_made_within_the_linger_go_in_one_batch(redis_client):
 
     # Reports 50 ms apart, as tasks end (without a linger the thread, idle between them,
     # sends each alone), within a linger far longer than they take.
-    reporter = Counting(linger=3.0)
+    reporter = Counting(linger=1.0)
     for n in range(5):
         reporter.report(_keys(), (f"1:run-{n}:1", 100, ""))
         threading.Event().wait(0.05)
@@ -129,7 +129,7 @@ def test_reports_made_within_the_linger_go_in_one_batch(redis_client):
 
 
 def test_a_flush_with_nothing_queued_is_answered_without_the_linger(redis_client):
-    reporter = EndedReporter(linger=3.0)
+    reporter = EndedReporter(linger=1.0)
     reporter.report(_keys(), ("1:first:1", 100, ""))
     assert reporter.flush(10)  # the first batch waited its linger
-    assert reporter.flush(1)  # nothing queued: no linger for a flush alone
+    assert reporter.flush(0.5)  # nothing queued: no linger for a flush alone

@@ -1,5 +1,5 @@
 """CPU time spent by each kind of process on this machine between two snapshots: which
-processes a benchmark's work costs, and how much of the cores it leaves idle.
+processes a benchmark's work costs.
 
 A snapshot reads every process's user+system time (`/proc` through psutil) and files it
 under a group: the worker's parent, its pool children, PostgreSQL, Redis, RabbitMQ, this

@@ -161,8 +161,8 @@ class EndedReporter:
             if batch[0][0] is not None and reports.qsize() < self.BATCH:
                 # Let the reports of the next tasks gather before sending: a thread woken
                 # and a Redis round trip per task took the interpreter lock from the
-                # task's own thread at its database replies (docs/benchmarks.md, "The end
-                # reports batched"). A flush alone is answered at once.
+                # task's own thread at its database replies (docs/benchmarks.md, "Where the
+                # time goes, and the end reports batched"). A flush alone goes at once.
                 time.sleep(self.linger)
             while len(batch) < self.BATCH:
                 try:

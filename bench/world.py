@@ -199,11 +199,15 @@ def drop_bench_data(client, tenants: list[Tenant]) -> None:
     client.flushdb()
 
 
-def drop_all_bench_data(client) -> None:
+def drop_all_bench_data(client, keep_prefix: str | None = None) -> None:
     """Every bench tenant's jobs and runs gone, not only the ones about to be used: a run
     another benchmark left queued (fire-lag has no workers) would otherwise be published
-    again by the next leader's index rebuild, ahead of what is measured."""
-    drop_bench_data(client, list(Tenant.objects.filter(slug__startswith="bench-")))
+    again by the next leader's index rebuild, ahead of what is measured. `keep_prefix`:
+    tenants whose slug starts with it keep theirs (the caller resets them itself)."""
+    tenants = Tenant.objects.filter(slug__startswith="bench-")
+    if keep_prefix:
+        tenants = tenants.exclude(slug__startswith=keep_prefix)
+    drop_bench_data(client, list(tenants))
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -1,28 +1,12 @@
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.settings_process import CHECK, run_django
 
 
 def _django_setup(env_overrides: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"SECRET_KEY", "DEBUG", "TICKWORK_SECRET_KEYS"}
-    }
-    env.update(env_overrides, DJANGO_SETTINGS_MODULE="scheduler_site.settings")
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_django(env_overrides, drop=("SECRET_KEY", "DEBUG", "TICKWORK_SECRET_KEYS"))
 
 
 def test_production_refuses_the_development_secret_key():
@@ -59,10 +43,8 @@ def test_development_derives_a_key_from_secret_key():
     code = "import django; django.setup(); from django.conf import settings; " + (
         "print(settings.TICKWORK_SECRET_KEYS)"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TICKWORK_SECRET_KEYS"}
-    env.update(DEBUG="1", SECRET_KEY="s" * 40, DJANGO_SETTINGS_MODULE="scheduler_site.settings")
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    out = run_django(
+        {"DEBUG": "1", "SECRET_KEY": "s" * 40}, ["-c", code], drop=("TICKWORK_SECRET_KEYS",)
     )
     from core.encryption import derived_dev_key
 
@@ -71,15 +53,8 @@ def test_development_derives_a_key_from_secret_key():
 
 
 def test_manage_py_reports_a_bad_setting_in_one_line():
-    env = {k: v for k, v in os.environ.items() if k not in {"TICKWORK_SECRET_KEYS", "DEBUG"}}
-    env.update(SECRET_KEY="x" * 50, DEBUG="0", TICKWORK_SECRET_KEYS="short")
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_django(
+        {"SECRET_KEY": "x" * 50, "DEBUG": "0", "TICKWORK_SECRET_KEYS": "short"}, CHECK
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -106,17 +81,7 @@ def test_a_run_retention_out_of_bounds_is_refused_at_start_up():
 def test_a_broker_other_than_the_schedulers_redis_or_rabbitmq_is_refused_in_one_line():
     """Workers on another broker would never see a run the leader publishes: refused.
     RabbitMQ is the one other broker the leader publishes to (ADR 0019)."""
-    env = dict(os.environ)
-    env.update(DEBUG="1", CELERY_BROKER_URL="redis://127.0.0.1:6379/9")
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_django({"DEBUG": "1", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/9"}, CHECK)
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("configuration error: CELERY_BROKER_URL must be REDIS_URL")

@@ -6,13 +6,10 @@ they were declared on is killed, and a malformed list is refused at start-up."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import amqp
 import pytest
@@ -20,8 +17,7 @@ import pytest
 from beat.amqp_writes import AmqpWrites
 from beat.messages import build_message
 from core.broker import AmqpDepths, amqp_connection, queue_depths
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.settings_process import CHECK, SHELL, run_django
 
 
 def _message(run_id: str, queue: str) -> bytes:
@@ -148,21 +144,8 @@ def test_a_quorum_run_queue_keeps_its_messages_when_the_node_it_was_declared_on_
 
 
 def _django_setup(broker_url: str, queue_type: str = "quorum") -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.update(
-        DEBUG="1",
-        CELERY_BROKER_URL=broker_url,
-        SCHEDULER_AMQP_QUEUE_TYPE=queue_type,
-        DJANGO_SETTINGS_MODULE="scheduler_site.settings",
-    )
-    return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    env = {"DEBUG": "1", "CELERY_BROKER_URL": broker_url, "SCHEDULER_AMQP_QUEUE_TYPE": queue_type}
+    return run_django(env, CHECK)
 
 
 @pytest.mark.parametrize(
@@ -200,26 +183,9 @@ def test_the_settings_accept_a_url_list_and_hand_it_to_the_workers_without_space
     listed = "amqp://guest:guest@h1:5672//; amqp://guest:guest@[::1]:5673// "
     good = _django_setup(listed)
     assert good.returncode == 0, good.stderr
-    env = dict(
-        os.environ,
-        DEBUG="1",
-        CELERY_BROKER_URL=listed,
-        SCHEDULER_AMQP_QUEUE_TYPE="quorum",
-        DJANGO_SETTINGS_MODULE="scheduler_site.settings",
-    )
-    printed = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "shell",
-            "-c",
-            "from django.conf import settings; print(settings.CELERY_BROKER_URL)",
-        ],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    printed = run_django(
+        {"DEBUG": "1", "CELERY_BROKER_URL": listed, "SCHEDULER_AMQP_QUEUE_TYPE": "quorum"},
+        [*SHELL, "from django.conf import settings; print(settings.CELERY_BROKER_URL)"],
     )
     # kombu takes each element as it is: " amqp://…" would be a URL without a host
     assert printed.stdout.strip().splitlines()[-1] == (

@@ -1,20 +1,27 @@
 """migrate_schemas across many schemas: the migrations-table check asks for one table by
-name, and schemas that already have every migration are not visited."""
+name, schemas that already have every migration are not visited, and the schemas visited
+share the system checks and the rendered project state (ADR 0028)."""
 
 from __future__ import annotations
 
 import pytest
 from django.apps import apps
+from django.core import checks
 from django.core.management import CommandError
+from django.core.management.base import SystemCheckError
+from django.core.management.commands.migrate import Command as MigrateCommand
 from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 from django.test.utils import CaptureQueriesContext
+from django_tenants.migration_executors import get_executor as tenants_get_executor
 from django_tenants.signals import schema_migrated
 from psycopg import sql
 
 from bench.probe_migration import PROBE, probe_migration
 from tenants.migrate_executor import command_options, get_executor, schemas_behind
+from tenants.schema_catalog import schema_snapshot, snapshot_differences
 from tenants.schema_template import code_migrations, schema_create_from_template, template_ensure
 
 from .schemas import migrate_schema
@@ -157,3 +164,92 @@ def test_migrate_visits_only_the_schemas_behind_the_code_and_migrates_them(schem
     visited.clear()
     _run(["public", "t_mig_a"])
     assert visited == ["public"]
+
+
+@pytest.fixture
+def references(live):
+    """t_ref_a cloned from the template and t_ref_bare empty, for schemas migrated the way
+    django-tenants alone does; dropped after."""
+    template_ensure()
+    with transaction.atomic():
+        assert schema_create_from_template("t_ref_a")
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SCHEMA t_ref_bare")
+    yield {"t_mig_a": "t_ref_a", "t_mig_b": "t_ref_a", "t_mig_bare": "t_ref_bare"}
+    connection.set_schema_to_public()
+    with connection.cursor() as cursor:
+        cursor.execute("DROP SCHEMA IF EXISTS t_ref_a, t_ref_bare CASCADE")
+
+
+def _differences(schema: str, other: str) -> list[str]:
+    connection.set_schema_to_public()
+    with connection.cursor() as cursor:
+        return snapshot_differences(schema_snapshot(cursor, schema), schema_snapshot(cursor, other))
+
+
+def test_schemas_at_one_point_share_one_rendered_state_and_migrate_as_without_it(
+    schemas, references, monkeypatch
+):
+    """ADR 0028: t_mig_a and t_mig_b (every migration recorded) share one rendered
+    pre-migrate state, t_mig_bare (none recorded) gets its own; each ends as its reference,
+    migrated by django-tenants' own executor, which renders a state per schema."""
+    rendered: list[str] = []
+    django_create = MigrationExecutor._create_project_state
+
+    def counting(self, with_applied_migrations=False):
+        if with_applied_migrations:
+            rendered.append(self.connection.schema_name)
+        return django_create(self, with_applied_migrations)
+
+    def alone(*argv: str) -> None:
+        options = command_options("--executor=standard", "--noinput", "-v", "0", *argv)
+        tenants_get_executor("standard")([], options).run_migrations(tenants=["t_ref_a"])
+        if not argv:
+            tenants_get_executor("standard")([], options).run_migrations(tenants=["t_ref_bare"])
+
+    monkeypatch.setattr(MigrationExecutor, "_create_project_state", counting)
+    with probe_migration() as leaf:
+        alone()
+        assert rendered == ["t_ref_a", "t_ref_bare"]
+        rendered.clear()
+        _run(["t_mig_a", "t_mig_b", "t_mig_bare"])
+        assert rendered == ["t_mig_a", "t_mig_bare"]
+        for schema in SCHEMAS:
+            assert PROBE in _recorded(schema)
+            assert _differences(schema, references[schema]) == [], schema
+        # Back to before the probe: the same, both ways.
+        alone(*leaf)
+        rendered.clear()
+        _run(["t_mig_a", "t_mig_b"], *leaf)
+        assert rendered == ["t_mig_a"]
+    for schema in ("t_mig_a", "t_mig_b"):
+        assert PROBE not in _recorded(schema)
+        assert _differences(schema, "t_ref_a") == [], schema
+    assert MigrationExecutor._create_project_state is counting  # put back after the run
+
+
+def test_the_system_checks_run_once_before_any_schema(schemas, visited, monkeypatch):
+    ran: list[dict] = []
+    django_check = MigrateCommand.check
+
+    def counting(self, *args, **kwargs):
+        ran.append(kwargs)
+        return django_check(self, *args, **kwargs)
+
+    def failing(app_configs=None, **kwargs):
+        return [checks.Error("broken on purpose", id="tests.E001")]
+
+    monkeypatch.setattr(MigrateCommand, "check", counting)
+    with probe_migration() as leaf:
+        _run(["t_mig_a", "t_mig_b"])
+        assert visited == ["t_mig_a", "t_mig_b"]
+        assert [kwargs.get("databases") for kwargs in ran] == [["default"]]  # migrate's own
+        # A check that fails stops the run before the first schema, as each migrate would.
+        visited.clear()
+        ran.clear()
+        registry = checks.registry.registry
+        monkeypatch.setattr(registry, "registered_checks", registry.registered_checks | {failing})
+        with pytest.raises(SystemCheckError, match="broken on purpose"):
+            _run(["t_mig_a", "t_mig_b"], *leaf)
+        assert visited == [] and len(ran) == 1
+        assert PROBE in _recorded("t_mig_a") and PROBE in _recorded("t_mig_b")

@@ -48,7 +48,11 @@ class Job(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     # More cron specs besides the first: [{"cron": as written, "resolved": H resolved,
     # "timezone": zone}]; the job fires on the union of all (a shared instant once).
-    extra_specs = models.JSONField(default=list, blank=True, db_default=models.Value([]))
+    # The database default must be JSON's empty array: a bare Value([]) is sent as an SQL
+    # array, `{}`, which jsonb stores as an empty object (0004 wrote that; 0007 fixes it).
+    extra_specs = models.JSONField(
+        default=list, blank=True, db_default=models.Value([], output_field=models.JSONField())
+    )
     run_at_wall = models.CharField(max_length=32, blank=True, default="", db_default="")
     # No slot before start_at (inclusive) or from end_at on (exclusive).
     start_at = models.DateTimeField(null=True, blank=True)

@@ -34,6 +34,7 @@ import base64
 import contextlib
 import json
 import logging
+import socket
 import time
 
 from django.conf import settings
@@ -117,6 +118,7 @@ class AmqpWrites(FencedRedis):
         super().__init__(client, lock_key, token, partition)
         self.url = url or settings.CELERY_BROKER_URL
         self.timeout = settings.SCHEDULER_AMQP_TIMEOUT_SECONDS
+        self.heartbeat = settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS
         self._conn = None
         self._channel = None
         self._pending: set[int] = set()  # delivery tags published, not yet confirmed
@@ -128,7 +130,10 @@ class AmqpWrites(FencedRedis):
     def _open(self):
         if self._channel is None:
             conn = amqp_connection(
-                self.url, timeout=self.timeout, frame_writer=_batching_frame_writer
+                self.url,
+                timeout=self.timeout,
+                frame_writer=_batching_frame_writer,
+                heartbeat=self.heartbeat,
             )
             channel = conn.channel()
             declare_amqp_queues(channel)
@@ -165,6 +170,35 @@ class AmqpWrites(FencedRedis):
 
     def __del__(self) -> None:  # a deposed leader's engine is dropped, and its socket
         self.close()
+
+    def keepalive(self) -> None:
+        """Between pushes (each leader iteration): read what the broker sent, its heartbeats
+        among it, and send ours when due. A connection the broker has been silent on for two
+        heartbeat intervals (dropped by a NAT or a firewall without a reset, or its node
+        frozen) is closed here, so that the next push opens a new one at once instead of
+        spending `SCHEDULER_AMQP_TIMEOUT_SECONDS` waiting for confirms on the dead one."""
+        conn = self._conn
+        if conn is None or not conn.heartbeat:
+            return
+        try:
+            with contextlib.suppress(socket.timeout):
+                while True:
+                    conn.drain_events(timeout=0)  # what has arrived, without waiting
+            conn.heartbeat_tick()
+        except Exception as exc:
+            node = getattr(conn, "tickwork_node", "")
+            log_event(
+                log,
+                "leader.amqp_connection_lost",
+                "the connection to RabbitMQ at %s is dead (%s: %s): the next push opens another",
+                node,
+                exc.__class__.__name__,
+                str(exc)[:200],
+                level=logging.WARNING,
+                node=node,
+                error=exc.__class__.__name__,
+            )
+            self.close()
 
     # --- fencing -----------------------------------------------------------------------------
     def check_lease(self) -> None:

@@ -110,6 +110,10 @@ class FencedRedis:
         self._fenced = client.register_script(_FENCED)  # pipelined: see _pipe_fenced
         self._rebuild_state = KeyedScript(_REBUILD_STATE)
 
+    def keepalive(self) -> None:
+        """Between iterations: nothing to do on Redis (redis-py checks a pooled connection
+        when it takes it); the RabbitMQ writes' override keeps their connection alive."""
+
     def _pipe_fenced(self, pipe, keys: list[str], args: list) -> None:
         """Queue one `_FENCED` call on `pipe`. On a cluster it goes as EVAL aimed at its
         keys' node (`pipeline_eval`): the script's text a few hundred bytes per chunk of up

@@ -146,6 +146,7 @@ class PartitionLeader:
         step("the iteration's start")
         self.lease.renew()
         bounded_leader_session(self.process.holder)
+        engine.writes.keepalive()
         self.ensure_index()
         step("read_ended")
         engine.read_ended()

@@ -442,6 +442,11 @@ if REDIS_CLUSTER and urlsplit(REDIS_URL).path.strip("/") not in ("", "0"):
 # RabbitMQ (ADR 0019): the bound on the leader's connect, each read and write, and the wait
 # for a chunk's publisher confirms; also the bound on the depth reads (admission, metrics).
 SCHEDULER_AMQP_TIMEOUT_SECONDS = env_float("SCHEDULER_AMQP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+# RabbitMQ: the heartbeat the leader's publishing connection negotiates (0: none). With it,
+# a connection a NAT or firewall dropped without a word is found dead between fires (two
+# intervals without a frame from the broker) instead of by the next fire's confirm timeout,
+# and the broker closes the connections of a leader that vanished.
+SCHEDULER_AMQP_HEARTBEAT_SECONDS = env_int("SCHEDULER_AMQP_HEARTBEAT_SECONDS", 60, minimum=0)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -99,7 +99,8 @@ def other_connection(**settings: str):
 class StallingProxy:
     """A TCP proxy whose forwarding can be held: one client's connection stalls for real
     (its requests sent and not answered, as behind a congested link) while the other
-    connections to the same server go on."""
+    connections to the same server go on. `stall_open()` holds only the connections open
+    now, as a NAT that forgot them does, while new ones go through."""
 
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
@@ -108,18 +109,25 @@ class StallingProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
+        self._connections: list[threading.Event] = []  # each connection's own flow
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stall(self) -> None:
         self.flowing.clear()
 
+    def stall_open(self) -> None:
+        for flowing in self._connections:
+            flowing.clear()
+
     def flow(self) -> None:
         self.flowing.set()
+        for flowing in self._connections:
+            flowing.set()
 
     def close(self) -> None:
         """Ends every connection (shutdown first: a close from another thread does not
         wake a thread blocked in `recv` or `accept`)."""
-        self.flowing.set()
+        self.flow()
         for sock in [self._listener, *self._sockets]:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -134,13 +142,17 @@ class StallingProxy:
             far = socket.create_connection(self.upstream, timeout=5)
             far.settimeout(None)
             self._sockets += [near, far]
+            flowing = threading.Event()
+            flowing.set()
+            self._connections.append(flowing)
             for src, dst in ((near, far), (far, near)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(src, dst, flowing), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, flowing: threading.Event) -> None:
         try:
             while data := src.recv(65536):
                 self.flowing.wait()  # held here while stalled: nothing goes through
+                flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

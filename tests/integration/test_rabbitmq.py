@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -20,7 +22,7 @@ from core.broker import amqp_connection, amqp_destination, queue_depths
 from core.clock import FakeClock
 from runs import states
 
-from .helpers import make_job, new_engine, runs_of, utc
+from .helpers import StallingProxy, make_job, new_engine, runs_of, utc
 from .test_engine import START
 
 pytestmark = pytest.mark.usefixtures("amqp_broker")
@@ -239,4 +241,64 @@ def test_a_connection_lost_while_idle_costs_the_publish_nothing(amqp_broker, red
     writes._conn.transport.close()  # dropped by the broker or a load balancer meanwhile
     run_id = str(uuid.uuid4())
     writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id
+
+
+def _through(url: str, port: int) -> str:
+    """`url` with its host and port replaced by the proxy's."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:{parts.password}@127.0.0.1:{port}"))
+
+
+@pytest.mark.parametrize("heartbeat", [1, 0])
+def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
+    amqp_broker, redis_client, settings, heartbeat
+):
+    """A NAT or firewall forgets an idle connection without a reset: with heartbeats, the
+    leader's keepalive (each iteration) finds it dead within two intervals and closes it,
+    so the next fire publishes on a new connection instead of first waiting out its
+    confirms on the dead one; without them the dead connection is kept."""
+    settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = heartbeat
+    port = urlsplit(amqp_broker).port or 5672
+    proxy = StallingProxy("127.0.0.1", port)
+    try:
+        writes = _lease(redis_client)
+        writes.url = _through(amqp_broker, proxy.port)
+        first, second = str(uuid.uuid4()), str(uuid.uuid4())
+        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+        dead = writes._conn
+        assert dead.heartbeat == heartbeat
+        proxy.stall_open()  # that connection goes silent; new ones go through
+        ticks = 0
+        while writes._conn is dead and ticks < 30:  # 3 s: three heartbeat intervals
+            writes.keepalive()
+            ticks += 1
+            time.sleep(0.1)  # the leader's iterations come at least every max_sleep
+        if heartbeat:
+            assert writes._conn is None, "the dead connection was kept"
+            assert ticks >= 10  # not before an interval without a frame had passed
+        else:
+            assert writes._conn is dead  # nothing notices it until a publish times out
+            writes.close()  # (that would take SCHEDULER_AMQP_TIMEOUT_SECONDS)
+        writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+        assert writes._conn is not dead
+        assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
+    finally:
+        proxy.close()
+
+
+def test_keepalive_keeps_a_healthy_idle_connection(amqp_broker, redis_client, settings):
+    """Over three heartbeat intervals with nothing published, the broker's heartbeats are
+    read and ours sent: the connection is neither closed here nor by the broker."""
+    settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
+    writes = _lease(redis_client)
+    writes.push_messages([("runs.high.1", _message(str(uuid.uuid4()), "runs.high.1"))])
+    alive = writes._conn
+    for _ in range(30):
+        writes.keepalive()
+        time.sleep(0.1)
+    assert writes._conn is alive
+    run_id = str(uuid.uuid4())
+    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    assert writes._conn is alive  # published on it: the broker had not closed it either
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id

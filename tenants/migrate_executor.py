@@ -7,8 +7,7 @@ schemas took 39 s with the standard executor), so a migrate step across 10,000 c
 tenants would spend about half an hour finding nothing to do. This module reads which
 schemas are behind first, with two statements per 500 schemas, and hands the executor only
 those (`GET_EXECUTOR_FUNCTION` in settings, django-tenants' hook). The schemas it visits
-share the system checks and the rendered project state (`tenants/migrate_once.py`,
-ADR 0028).
+share one run of the system checks (`tenants/migrate_once.py`, ADR 0028).
 
 A schema is skipped only when the run would have been a no-op: the command names no app or
 migration (so it migrates to the code's leaves), asks for no `--fake`, `--fake-initial`,
@@ -23,8 +22,7 @@ migrations (every app with models has them). The public schema is always migrate
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from django.core.management.base import CommandError
 from django.db import connections
@@ -34,7 +32,7 @@ from psycopg import sql
 
 from core.pgbackend.base import require_session_connection
 
-from .migrate_once import run_checks_once, shared_project_states
+from .migrate_once import run_checks_once
 from .schema_template import code_migrations
 
 # Schemas per chunk (two statements): one UNION ALL branch each, small enough to plan.
@@ -123,17 +121,12 @@ def _filtered(self: MigrationExecutor, tenants: Iterable | None, *, typed: bool)
     return kept
 
 
-@contextmanager
-def _computed_once(executor: MigrationExecutor, schemas: list) -> Iterator[None]:
-    """The schemas' runs share the checks and the rendered project states
-    (`tenants/migrate_once.py`), except with the subprocess executor, whose schemas each
-    run in a `manage.py` process of their own."""
-    if not schemas or executor.codename == "subprocess":
-        yield
-        return
-    executor.options = run_checks_once(executor.options)
-    with shared_project_states():
-        yield
+def _check_once(executor: MigrationExecutor, schemas: list) -> None:
+    """The schemas' runs share one run of the system checks (`tenants/migrate_once.py`),
+    except with the subprocess executor, whose schemas each run in a `manage.py` process
+    of their own."""
+    if schemas and executor.codename != "subprocess":
+        executor.options = run_checks_once(executor.options)
 
 
 _classes: dict[type, type] = {}
@@ -146,13 +139,13 @@ def _skipping(base: type[MigrationExecutor]) -> type[MigrationExecutor]:
 
         def run_migrations(self: MigrationExecutor, tenants=None) -> None:
             kept = _filtered(self, tenants, typed=False)
-            with _computed_once(self, kept):
-                base.run_migrations(self, tenants=kept)
+            _check_once(self, kept)
+            base.run_migrations(self, tenants=kept)
 
         def run_multi_type_migrations(self: MigrationExecutor, tenants) -> None:
             kept = _filtered(self, tenants, typed=True)
-            with _computed_once(self, kept):
-                base.run_multi_type_migrations(self, tenants=kept)
+            _check_once(self, kept)
+            base.run_multi_type_migrations(self, tenants=kept)
 
         _classes[base] = type(
             f"CurrentSkipping{base.__name__}",

@@ -74,7 +74,9 @@ def _ensure_jobs(tenants: list[Tenant], jobs: int) -> None:
 
 
 def _pause_others(tenants: list[Tenant]) -> None:
-    """Kept tenants beyond the ones measured (an earlier run's) must not fire meanwhile."""
+    """Kept tenants beyond the ones measured (an earlier, larger run's) must not fire
+    meanwhile: their jobs paused, and their runs gone (a run left queued would be
+    published again by the leader's reaper in the window measured)."""
     ids = {t.id for t in tenants}
     with connection.cursor() as cursor:
         for other in Tenant.objects.filter(slug__startswith="bench-m-").exclude(id__in=ids):
@@ -83,6 +85,8 @@ def _pause_others(tenants: list[Tenant]) -> None:
                     table(other.schema_name, "jobs_job")
                 )
             )
+            for name in ("runs_attempt", "runs_run"):
+                cursor.execute(sql.SQL("DELETE FROM {}").format(table(other.schema_name, name)))
 
 
 def _run_leader(config: EngineConfig, seconds: float, checkpoints: bool) -> dict:

@@ -203,7 +203,7 @@ def drop_all_bench_data(client, keep_prefix: str | None = None) -> None:
     """Every bench tenant's jobs and runs gone, not only the ones about to be used: a run
     another benchmark left queued (fire-lag has no workers) would otherwise be published
     again by the next leader's index rebuild, ahead of what is measured. `keep_prefix`:
-    tenants whose slug starts with it keep theirs (the caller resets them itself)."""
+    tenants whose slug starts with it keep theirs (the caller clears or pauses them)."""
     tenants = Tenant.objects.filter(slug__startswith="bench-")
     if keep_prefix:
         tenants = tenants.exclude(slug__startswith=keep_prefix)

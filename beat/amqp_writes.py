@@ -34,7 +34,8 @@ import base64
 import contextlib
 import json
 import logging
-import socket
+import select
+import threading
 import time
 
 from django.conf import settings
@@ -48,6 +49,10 @@ from .lease import LeaseLost
 log = logging.getLogger("beat.amqp_writes")
 
 CHUNK = 500  # messages per lease check
+# The keepalive reads a frame that has begun to arrive for at most this long (py-amqp keeps
+# a partial frame across a timeout); with a timeout of 0 it would spin on a frame's rest.
+FRAME_WAIT_SECONDS = 0.05
+KEEPALIVE_EVERY_SECONDS = 1.0  # at most one keepalive a second (it is called often)
 
 
 class _Batching:
@@ -125,6 +130,10 @@ class AmqpWrites(FencedRedis):
         self._nacked = False
         self._returned: list[str] = []  # queues a mandatory publish found missing
         self._sent = 0
+        # A push runs in the fire's pusher thread while the leader's thread renews leases
+        # (and keeps connections alive) between units: py-amqp is not thread-safe.
+        self._using = threading.Lock()
+        self._kept_alive = 0.0  # time.monotonic() of the last keepalive
 
     # --- the connection --------------------------------------------------------------------
     def _open(self):
@@ -172,18 +181,22 @@ class AmqpWrites(FencedRedis):
         self.close()
 
     def keepalive(self) -> None:
-        """Between pushes (each leader iteration): read what the broker sent, its heartbeats
-        among it, and send ours when due. A connection the broker has been silent on for two
-        heartbeat intervals (dropped by a NAT or a firewall without a reset, or its node
-        frozen) is closed here, so that the next push opens a new one at once instead of
-        spending `SCHEDULER_AMQP_TIMEOUT_SECONDS` waiting for confirms on the dead one."""
+        """Between pushes (each leader iteration, and between its units of work): read what
+        the broker sent, its heartbeats among it, and send ours when due. A connection the
+        broker has been silent on for two heartbeat intervals (its node frozen, or a NAT, a
+        firewall or a proxy that holds the TCP connection and forwards nothing) is closed
+        here, so that the next push opens a new one at once instead of spending
+        `SCHEDULER_AMQP_TIMEOUT_SECONDS` waiting for confirms on the dead one. Skipped while
+        a push uses the connection (that is traffic, and it reads the connection itself)."""
         conn = self._conn
-        if conn is None or not conn.heartbeat:
+        now = time.monotonic()
+        if conn is None or not conn.heartbeat or now - self._kept_alive < KEEPALIVE_EVERY_SECONDS:
+            return
+        if not self._using.acquire(blocking=False):
             return
         try:
-            with contextlib.suppress(socket.timeout):
-                while True:
-                    conn.drain_events(timeout=0)  # what has arrived, without waiting
+            self._kept_alive = now
+            _drain_arrived(conn)
             conn.heartbeat_tick()
         except Exception as exc:
             node = getattr(conn, "tickwork_node", "")
@@ -199,6 +212,8 @@ class AmqpWrites(FencedRedis):
                 error=exc.__class__.__name__,
             )
             self.close()
+        finally:
+            self._using.release()
 
     # --- fencing -----------------------------------------------------------------------------
     def check_lease(self) -> None:
@@ -219,6 +234,10 @@ class AmqpWrites(FencedRedis):
         delivered claims nothing (invariant 4)."""
         if not messages:
             return
+        with self._using:
+            self._push(messages)
+
+    def _push(self, messages: list[tuple[str, bytes]]) -> None:
         while True:
             reused = self._channel is not None
             try:
@@ -267,6 +286,20 @@ class AmqpWrites(FencedRedis):
         if self._returned:
             # the connection is closed by the caller: the next one declares the queues again
             raise BrokerError(f"no RabbitMQ queue {sorted(set(self._returned))} took a message")
+
+
+def _drain_arrived(conn) -> None:
+    """Read the frames that have arrived on `conn`, without waiting for more: a frame whose
+    first bytes are there is read for at most FRAME_WAIT_SECONDS."""
+    sock = conn.transport.sock
+    while True:
+        pending = getattr(sock, "pending", None)  # TLS: bytes decrypted and not yet read
+        if not (pending and pending()) and not select.select([sock], [], [], 0)[0]:
+            return
+        try:
+            conn.drain_events(timeout=FRAME_WAIT_SECONDS)
+        except TimeoutError:
+            return
 
 
 def leader_writes(client, lock_key: str, token: str | None, partition: int = 0) -> FencedRedis:

@@ -320,6 +320,10 @@ class SchedulerProcess:
             if other is not current and other.held:
                 with contextlib.suppress(LeaseLost):
                     other.lease.renew_if_due()
+        # A long iteration must not leave a broker connection silent past its heartbeat.
+        for leader in self.partitions:
+            if leader.engine is not None:
+                leader.engine.writes.keepalive()
 
     def _drop_lost(self) -> None:
         """Partitions whose lease was lost while another partition worked: their engine

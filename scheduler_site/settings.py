@@ -447,6 +447,13 @@ SCHEDULER_AMQP_TIMEOUT_SECONDS = env_float("SCHEDULER_AMQP_TIMEOUT_SECONDS", 5.0
 # intervals without a frame from the broker) instead of by the next fire's confirm timeout,
 # and the broker closes the connections of a leader that vanished.
 SCHEDULER_AMQP_HEARTBEAT_SECONDS = env_int("SCHEDULER_AMQP_HEARTBEAT_SECONDS", 60, minimum=0)
+if not (SCHEDULER_AMQP_HEARTBEAT_SECONDS == 0 or 5 <= SCHEDULER_AMQP_HEARTBEAT_SECONDS <= 3600):
+    # Below 5 s a busy or briefly paused leader is declared dead by RabbitMQ; the protocol's
+    # field is 16 bits, and an hour is past any use.
+    raise ImproperlyConfigured(
+        f"SCHEDULER_AMQP_HEARTBEAT_SECONDS={SCHEDULER_AMQP_HEARTBEAT_SECONDS}:"
+        " 0 (no heartbeats) or 5 to 3600"
+    )
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.settings_process import CHECK, run_django
 
 
@@ -130,3 +132,12 @@ def test_a_redis_socket_timeout_shorter_than_the_schedulers_blocking_read_is_ref
     )
     accepted = _django_setup({**lease, "REDIS_SOCKET_TIMEOUT_SECONDS": "3"})
     assert accepted.returncode == 0, accepted.stderr
+
+
+@pytest.mark.parametrize("value", ["2", "4000"])
+def test_an_amqp_heartbeat_out_of_bounds_is_refused_at_start_up(value):
+    result = _django_setup({"DEBUG": "1", "SCHEDULER_AMQP_HEARTBEAT_SECONDS": value})
+    assert result.returncode != 0
+    assert f"SCHEDULER_AMQP_HEARTBEAT_SECONDS={value}: 0 (no heartbeats) or 5 to 3600" in (
+        result.stderr
+    )

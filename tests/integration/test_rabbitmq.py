@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
@@ -14,9 +15,11 @@ import pytest
 
 from beat.admission_control import AdmissionConfig, AdmissionControl
 from beat.amqp_writes import AmqpWrites, BrokerError, leader_writes
+from beat.engine import EngineConfig
 from beat.faults import TenantFaults
 from beat.fenced import FencedRedis
 from beat.lease import LeaseLost, bump_epoch
+from beat.loop import SchedulerProcess
 from beat.messages import build_message
 from core.broker import amqp_connection, amqp_destination, queue_depths
 from core.clock import FakeClock
@@ -306,3 +309,51 @@ def test_keepalive_keeps_a_healthy_idle_connection(amqp_broker, redis_client, se
     writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
     assert writes._conn is alive  # published on it: the broker had not closed it either
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id
+
+
+def test_a_leader_replaces_a_silently_dropped_connection_between_fires(
+    live, amqp_broker, redis_client, settings, caplog
+):
+    """A real scheduler process on RabbitMQ: the connection of its first fire goes silent
+    (held by a proxy); its own iterations find it dead before the next fire, which then
+    publishes on a new connection; every slot once."""
+    settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
+    broker = urlsplit(amqp_broker)
+    proxy = StallingProxy(broker.hostname or "127.0.0.1", broker.port or 5672)
+    settings.CELERY_BROKER_URL = _through(amqp_broker, proxy.port)
+    try:
+        alpha = live["alpha"].tenant
+        clock = FakeClock(START)
+        make_job(alpha, clock, schedule={"cron": "* * * * *"})
+        # Admission off: its depth reads would go through the stalled proxy too.
+        config = EngineConfig(admission=AdmissionConfig(enabled=False))
+        process = SchedulerProcess(client=redis_client, clock=clock, config=config, holder="a:1")
+        stop = threading.Event()
+        stop.set()  # its waits return at once
+        clock.set(utc(2026, 6, 1, 12, 0, 45))
+        process.run_once(stop)  # takes the lease, materialises the 12:01 slot
+        clock.set(utc(2026, 6, 1, 12, 1))
+        process.run_once(stop)  # fires it
+        writes = process.engine.writes
+        dead = writes._conn
+        assert dead is not None
+        proxy.stall_open()
+        deadline = time.monotonic() + 8
+        while writes._conn is dead:  # the leader's iterations, nothing due meanwhile
+            assert time.monotonic() < deadline, "the silent connection was never noticed"
+            process.run_once(stop)
+            time.sleep(0.1)
+        assert "leader.amqp_connection_lost" in [getattr(r, "event", "") for r in caplog.records]
+        clock.set(utc(2026, 6, 1, 12, 2, 0, 500_000))
+        process.run_once(stop)  # the 12:02 slot, on a new connection
+        assert writes._conn is not None and writes._conn is not dead
+        published = [
+            m.headers["id"]
+            for q in ("runs.0", "runs.1", "runs.2", "runs.3")
+            for m in _drain(amqp_broker, q)
+        ]
+        runs = runs_of(alpha)
+        assert sorted(published) == sorted(str(r.id) for r in runs) and len(runs) == 2
+        assert {r.status for r in runs} == {states.QUEUED}
+    finally:
+        proxy.close()

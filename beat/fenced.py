@@ -114,6 +114,10 @@ class FencedRedis:
         """Between iterations: nothing to do on Redis (redis-py checks a pooled connection
         when it takes it); the RabbitMQ writes' override keeps their connection alive."""
 
+    def close(self) -> None:
+        """When the engine is dropped: the Redis connections are the process's pool; the
+        RabbitMQ writes' override closes their own connection."""
+
     def _pipe_fenced(self, pipe, keys: list[str], args: list) -> None:
         """Queue one `_FENCED` call on `pipe`. On a cluster it goes as EVAL aimed at its
         keys' node (`pipeline_eval`): the script's text a few hundred bytes per chunk of up

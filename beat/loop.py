@@ -123,6 +123,10 @@ class PartitionLeader:
         if self.alerting is not None:
             self.alerting.stop()  # it claims nothing more: its claims are fenced anyway
             self.alerting = None
+        if self.engine is not None:
+            # Its broker connection now, not when the collector finds the engine (the
+            # channel's callbacks make a cycle): a deposed leader's connection lingered.
+            self.engine.writes.close()
         self.engine = None  # what it held in memory is in PostgreSQL; the next leader relays
         close_old_connections()
         if connection.connection is not None and getattr(connection.connection, "broken", False):

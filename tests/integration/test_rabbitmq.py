@@ -355,5 +355,7 @@ def test_a_leader_replaces_a_silently_dropped_connection_between_fires(
         runs = runs_of(alpha)
         assert sorted(published) == sorted(str(r.id) for r in runs) and len(runs) == 2
         assert {r.status for r in runs} == {states.QUEUED}
+        process.step_down("the test is over")
+        assert writes._conn is None  # closed with the engine, not left to the collector
     finally:
         proxy.close()

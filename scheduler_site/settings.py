@@ -443,9 +443,10 @@ if REDIS_CLUSTER and urlsplit(REDIS_URL).path.strip("/") not in ("", "0"):
 # for a chunk's publisher confirms; also the bound on the depth reads (admission, metrics).
 SCHEDULER_AMQP_TIMEOUT_SECONDS = env_float("SCHEDULER_AMQP_TIMEOUT_SECONDS", 5.0, minimum=0.1)
 # RabbitMQ: the heartbeat the leader's publishing connection negotiates (0: none). With it,
-# a connection a NAT or firewall dropped without a word is found dead between fires (two
-# intervals without a frame from the broker) instead of by the next fire's confirm timeout,
-# and the broker closes the connections of a leader that vanished.
+# a connection whose far end went silent while something still holds the TCP connection (a
+# frozen node, a proxy forwarding nothing) is found dead between fires (two intervals
+# without a frame from the broker) instead of by the next fire's confirm timeout, and the
+# broker closes the connections of a leader that vanished.
 SCHEDULER_AMQP_HEARTBEAT_SECONDS = env_int("SCHEDULER_AMQP_HEARTBEAT_SECONDS", 60, minimum=0)
 if not (SCHEDULER_AMQP_HEARTBEAT_SECONDS == 0 or 5 <= SCHEDULER_AMQP_HEARTBEAT_SECONDS <= 3600):
     # Below 5 s a busy or briefly paused leader is declared dead by RabbitMQ; the protocol's

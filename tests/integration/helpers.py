@@ -100,7 +100,8 @@ class StallingProxy:
     """A TCP proxy whose forwarding can be held: one client's connection stalls for real
     (its requests sent and not answered, as behind a congested link) while the other
     connections to the same server go on. `stall_open()` holds only the connections open
-    now, as a NAT that forgot them does, while new ones go through."""
+    now while new ones go through, as a proxy or load balancer that keeps a connection and
+    forwards nothing on it does."""
 
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)

@@ -260,8 +260,9 @@ def _through(url: str, port: int) -> str:
 def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
     amqp_broker, redis_client, settings, heartbeat
 ):
-    """A NAT or firewall forgets an idle connection without a reset: with heartbeats, the
-    leader's keepalive (each iteration) finds it dead within two intervals and closes it,
+    """An idle connection goes silent while something still holds its TCP connection (a
+    proxy forwarding nothing): with heartbeats, the leader's keepalive finds it dead
+    within two intervals and closes it,
     so the next fire publishes on a new connection instead of first waiting out its
     confirms on the dead one; without them the dead connection is kept."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = heartbeat

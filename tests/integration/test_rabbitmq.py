@@ -247,13 +247,14 @@ def test_a_connection_lost_while_idle_costs_the_publish_nothing(amqp_broker, red
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id
 
 
-def _through(url: str, port: int) -> str:
-    """`url` with its host and port replaced by the proxy's."""
+def _proxied(url: str) -> tuple[StallingProxy, str]:
+    """A proxy to the broker of `url`, and `url` through it."""
     parts = urlsplit(url)
+    default_port = 5671 if parts.scheme == "amqps" else 5672
+    proxy = StallingProxy(parts.hostname or "127.0.0.1", parts.port or default_port)
     login = parts.netloc.rpartition("@")[0]
-    return urlunsplit(
-        parts._replace(netloc=f"{login}@127.0.0.1:{port}" if login else f"127.0.0.1:{port}")
-    )
+    address = f"127.0.0.1:{proxy.port}"
+    return proxy, urlunsplit(parts._replace(netloc=f"{login}@{address}" if login else address))
 
 
 @pytest.mark.parametrize("heartbeat", [1, 0])
@@ -266,12 +267,10 @@ def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
     so the next fire publishes on a new connection instead of first waiting out its
     confirms on the dead one; without them the dead connection is kept."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = heartbeat
-    broker = urlsplit(amqp_broker)
-    default_port = 5671 if broker.scheme == "amqps" else 5672
-    proxy = StallingProxy(broker.hostname or "127.0.0.1", broker.port or default_port)
+    proxy, url = _proxied(amqp_broker)
     try:
         writes = _lease(redis_client)
-        writes.url = _through(amqp_broker, proxy.port)
+        writes.url = url
         first, second = str(uuid.uuid4()), str(uuid.uuid4())
         writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
         dead = writes._conn
@@ -319,9 +318,7 @@ def test_a_leader_replaces_a_silently_dropped_connection_between_fires(
     (held by a proxy); its own iterations find it dead before the next fire, which then
     publishes on a new connection; every slot once."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
-    broker = urlsplit(amqp_broker)
-    proxy = StallingProxy(broker.hostname or "127.0.0.1", broker.port or 5672)
-    settings.CELERY_BROKER_URL = _through(amqp_broker, proxy.port)
+    proxy, settings.CELERY_BROKER_URL = _proxied(amqp_broker)
     try:
         alpha = live["alpha"].tenant
         clock = FakeClock(START)

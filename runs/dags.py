@@ -129,11 +129,14 @@ class Settled:
     # settles again at once, so that its downstreams are skipped in the same transaction)
 
 
+# created_at is the insert's own time (clock_timestamp), not the transaction's start
+# (now()): a settle's later statements see ends committed after it began, and a run
+# created from them must not read as created before the end it follows.
 _INSERT_SQL = """
 INSERT INTO {runs} (id, job_id, trigger, scheduled_for, due_at, status, skip_reason, attempt,
                     worker, error, created_at, finished_at, dag_run)
 SELECT u.id, u.job_id, 'dependency', %(now)s, %(now)s, u.status, u.reason, 1, '', u.error,
-       now(), CASE WHEN u.status <> {scheduled} THEN %(now)s END, %(dag)s
+       clock_timestamp(), CASE WHEN u.status <> {scheduled} THEN %(now)s END, %(dag)s
 FROM unnest(%(ids)s::uuid[], %(jobs)s::bigint[], %(statuses)s::text[], %(reasons)s::text[],
             %(errors)s::text[]) AS u(id, job_id, status, reason, error)
 ON CONFLICT (dag_run, job_id) WHERE trigger = 'dependency' DO NOTHING

@@ -6,7 +6,7 @@ in each order; tests/scenarios/test_dag_workers.py does it with two worker proce
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -286,6 +286,46 @@ def test_b_settles_on_a_view_without_c_while_c_finishes_and_settles(
     assert b_result[0].step.create == []  # B saw C running
     assert c_result[0].step.create == [_by_job(alpha, dag_run_id)["d"].job_id]
     assert len(runs_of(alpha, dag_run=dag_run_id, trigger="dependency", job__name="d")) == 1
+
+
+def test_d_is_not_recorded_as_created_before_the_end_it_follows(live, redis_client):
+    """B's settle has begun (its transaction holds the DAG run's row) when C's end commits;
+    its next statement sees C ended and creates D. D's creation time is the insert's, not
+    the settle transaction's start, so D never reads as created before C ended."""
+    alpha, clock, dag_run_id, b, c = _b_and_c_running(live, redis_client)
+    finish_run(b, Outcome(True), clock.now())
+    locked, go_on = threading.Event(), threading.Event()
+
+    def pause_after_the_row_lock(execute, sql, params, many, context):
+        result = execute(sql, params, many)
+        text = sql if isinstance(sql, str) else sql.as_string(context["connection"].connection)
+        if "FOR UPDATE" in text and "runs_dagrun" in text:
+            locked.set()
+            go_on.wait(10)
+        return result
+
+    out: list = []
+
+    def b_settle() -> None:
+        try:
+            with connection.execute_wrapper(pause_after_the_row_lock):
+                out.append(
+                    dags.dag_settle(
+                        schema=alpha.schema_name, dag_run_id=dag_run_id, now=clock.now()
+                    )
+                )
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=b_settle)
+    thread.start()
+    assert locked.wait(10)
+    finish_run(c, Outcome(True), datetime.now(UTC))  # the real clock, as in a worker
+    go_on.set()
+    thread.join(10)
+    assert out[0].created == 1
+    runs = _by_job(alpha, dag_run_id)
+    assert runs["d"].created_at >= runs["c"].finished_at
 
 
 def test_b_and_c_end_then_both_settle_at_once_and_d_is_created_once(live, redis_client):

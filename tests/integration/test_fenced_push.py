@@ -1,0 +1,88 @@
+"""The leader's broker pushes on one Redis are fenced with WATCH and MULTI/EXEC
+(`beat/fenced.py` `push_messages`). The write that decides each case is made by a second
+connection between the push's read of the lease key and its EXEC, where the check and the
+push are apart."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from beat.fenced import PUSH_TRIES, FencedRedis
+from beat.lease import LeaseLost
+
+LOCK = "lock:test-fenced-push"
+QUEUE = "runs.normal.0"
+MESSAGES = [(QUEUE, f"message {n}".encode()) for n in range(5)]
+
+
+@pytest.fixture
+def between_read_and_exec(monkeypatch):
+    """Run `action` (on its own connection) each time a push goes from its read of the
+    lease key to MULTI: the moment a script fence never leaves open."""
+    actions: list = []
+    original = redis.client.Pipeline.multi
+
+    def multi(self):
+        if actions:
+            actions.pop(0)()
+        return original(self)
+
+    monkeypatch.setattr(redis.client.Pipeline, "multi", multi)
+    return actions
+
+
+def _other(redis_client):
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(**redis_client.connection_pool.connection_kwargs)
+    )
+
+
+def test_a_takeover_between_the_read_and_the_exec_pushes_nothing(
+    redis_client, between_read_and_exec
+):
+    redis_client.set(LOCK, "mine", px=60_000)
+    other = _other(redis_client)
+    between_read_and_exec.append(lambda: other.set(LOCK, "theirs", px=60_000))
+    with pytest.raises(LeaseLost):
+        FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
+    assert redis_client.llen(QUEUE) == 0
+    assert not between_read_and_exec, "the takeover landed inside the push"
+
+
+def test_a_renewal_between_the_read_and_the_exec_pushes_once(redis_client, between_read_and_exec):
+    redis_client.set(LOCK, "mine", px=60_000)
+    other = _other(redis_client)
+    between_read_and_exec.append(lambda: other.pexpire(LOCK, 120_000))  # the lease renewed
+    FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
+    assert redis_client.lrange(QUEUE, 0, -1)[::-1] == [m for _q, m in MESSAGES]
+
+
+def test_a_key_that_keeps_changing_ends_in_lease_lost_not_a_loop(
+    redis_client, between_read_and_exec
+):
+    redis_client.set(LOCK, "mine", px=60_000)
+    other = _other(redis_client)
+    between_read_and_exec.extend([lambda: other.pexpire(LOCK, 120_000)] * PUSH_TRIES)
+    with pytest.raises(LeaseLost):
+        FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
+    assert redis_client.llen(QUEUE) == 0
+
+
+def test_no_lease_key_pushes_nothing(redis_client):
+    with pytest.raises(LeaseLost):
+        FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
+    assert redis_client.llen(QUEUE) == 0
+
+
+def test_messages_keep_their_order_per_queue_across_chunks(redis_client, monkeypatch):
+    import beat.fenced
+
+    monkeypatch.setattr(beat.fenced, "CHUNK", 2)
+    redis_client.set(LOCK, "mine", px=60_000)
+    messages = [(f"runs.normal.{n % 2}", f"m{n}".encode()) for n in range(9)]
+    FencedRedis(redis_client, LOCK, "mine").push_messages(messages)
+    for queue in ("runs.normal.0", "runs.normal.1"):
+        # a worker pops from the right: the oldest first
+        popped = [redis_client.rpop(queue) for _ in range(redis_client.llen(queue))]
+        assert popped == [m for q, m in messages if q == queue]

@@ -111,6 +111,8 @@ class StallingProxy:
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
         self._connections: list[threading.Event] = []  # each connection's own flow
+        self._split: int | None = None  # split_next_reply
+        self.split_sent = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stall(self) -> None:
@@ -119,6 +121,14 @@ class StallingProxy:
     def stall_open(self) -> None:
         for flowing in self._connections:
             flowing.clear()
+
+    def split_next_reply(self, keep: int) -> threading.Event:
+        """The next bytes the server sends on each connection open now: the first `keep`
+        go through, the rest wait for `flow()` (a frame that has only partly arrived).
+        The event is set once the first part went through."""
+        self._split = keep
+        self.split_sent = threading.Event()
+        return self.split_sent
 
     def flow(self) -> None:
         self.flowing.set()
@@ -146,14 +156,25 @@ class StallingProxy:
             flowing = threading.Event()
             flowing.set()
             self._connections.append(flowing)
-            for src, dst in ((near, far), (far, near)):
-                threading.Thread(target=self._pipe, args=(src, dst, flowing), daemon=True).start()
+            for src, dst, replies in ((near, far, False), (far, near, True)):
+                threading.Thread(
+                    target=self._pipe, args=(src, dst, flowing, replies), daemon=True
+                ).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, flowing: threading.Event) -> None:
+    def _pipe(
+        self, src: socket.socket, dst: socket.socket, flowing: threading.Event, replies: bool
+    ) -> None:
         try:
             while data := src.recv(65536):
                 self.flowing.wait()  # held here while stalled: nothing goes through
                 flowing.wait()
+                if replies and self._split is not None:
+                    keep, self._split = self._split, None
+                    dst.sendall(data[:keep])
+                    data = data[keep:]
+                    flowing.clear()
+                    self.split_sent.set()
+                    flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

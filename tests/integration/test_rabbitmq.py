@@ -294,6 +294,91 @@ def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
         proxy.close()
 
 
+def test_keepalive_leaves_a_connection_a_push_is_using_alone(amqp_broker, redis_client, settings):
+    """The fire's pusher thread waits for confirms while the loop's thread calls the
+    keepalive, due each time: py-amqp is not thread-safe, so the keepalive must neither
+    read nor tick that connection (its reads would race the push's for the confirms).
+    Every read and tick of the connection is recorded with its thread while a proxy holds
+    the confirms; then they are let through and the push ends on its own connection."""
+    settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 5
+    proxy, url = _proxied(amqp_broker)
+    try:
+        writes = _lease(redis_client)
+        writes.url = url
+        first, second = str(uuid.uuid4()), str(uuid.uuid4())
+        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+        alive = writes._conn
+        used_by: list[str] = []
+        for name in ("drain_events", "heartbeat_tick", "send_heartbeat"):
+            original = getattr(alive, name)
+
+            def recorded(*args, _original=original, **kwargs):
+                used_by.append(threading.current_thread().name)
+                return _original(*args, **kwargs)
+
+            setattr(alive, name, recorded)
+        proxy.stall_open()
+        errors: list = []
+
+        def push() -> None:
+            try:
+                writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+            except Exception as exc:  # asserted below
+                errors.append(exc)
+
+        pusher = threading.Thread(target=push, name="pusher")
+        pusher.start()
+        deadline = time.monotonic() + 5
+        while "pusher" not in used_by:  # waiting for its confirms
+            assert time.monotonic() < deadline, "the push never waited for its confirms"
+            time.sleep(0.01)
+        for _ in range(5):
+            writes._kept_alive = 0.0  # due, as after a second without a keepalive
+            writes.keepalive()
+        proxy.flow()
+        pusher.join(10)
+        assert errors == []
+        assert set(used_by) == {"pusher"}, "the keepalive used the connection during the push"
+        assert writes._conn is alive
+        assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
+    finally:
+        proxy.close()
+
+
+def test_keepalive_waits_a_bounded_time_for_a_frame_that_has_partly_arrived(
+    amqp_broker, redis_client, settings
+):
+    """The broker's heartbeat frame arrives in two parts, the second held by a proxy: the
+    keepalive, which reads only what has arrived, waits a bounded time for the rest and
+    returns (a wait without a bound would hold the leader's loop for as long as the rest
+    takes). When the rest arrives, the frame is read whole and the connection still
+    publishes."""
+    settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
+    proxy, url = _proxied(amqp_broker)
+    try:
+        writes = _lease(redis_client)
+        writes.url = url
+        first, second = str(uuid.uuid4()), str(uuid.uuid4())
+        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+        alive = writes._conn
+        split = proxy.split_next_reply(keep=3)  # of the next heartbeat's 8 bytes
+        assert split.wait(5), "no heartbeat came from the broker"
+        writes._kept_alive = 0.0
+        keepalive = threading.Thread(target=writes.keepalive)
+        keepalive.start()
+        keepalive.join(2)
+        assert not keepalive.is_alive(), "the keepalive waited for the rest of the frame"
+        proxy.flow()
+        writes._kept_alive = 0.0
+        writes.keepalive()
+        assert writes._conn is alive
+        writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+        assert writes._conn is alive
+        assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
+    finally:
+        proxy.close()
+
+
 def test_keepalive_keeps_a_healthy_idle_connection(amqp_broker, redis_client, settings):
     """Over three heartbeat intervals with nothing published, the broker's heartbeats are
     read and ours sent: the connection is neither closed here nor by the broker."""

@@ -4,8 +4,8 @@ A leader frozen (SIGSTOP, a long GC, a partition) past its lease wakes up believ
 still leads; PostgreSQL fences its transactions by epoch, and this module fences its
 Redis writes the same way: every script first compares `lock:<name>` with the token this
 leader took it with, and writes nothing (returning -1, raised here as `LeaseLost`) when
-another process holds the lease or nobody does. The broker pushes do the same check with
-WATCH and MULTI/EXEC instead of a script (`push_messages`).
+another process holds the lease or nobody does. The broker pushes make the same check
+from the client, made atomic with the push by WATCH and MULTI/EXEC (`push_messages`).
 
 Jobs index writes follow the rule of `core/index.py`: the leader moves a score later, or
 removes a member, only if the score is still the one it read (compare-and-set), so it
@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
 from core.keys import index_built_key, index_key, runs_index_key
@@ -82,7 +84,8 @@ return redis.error_reply('unknown operation: ' .. op)
 
 CHUNK = 3000  # arguments per script call, well under Lua's unpack limit (~8000)
 # Pushes tried while the lease key keeps changing under them: each change is a renewal
-# (every few seconds) or a takeover (then the next read refuses), so two would do.
+# (several a lease: every 0.5 s with the default 2 s lease) or a takeover (then the next
+# read refuses), and a push of 2,000 messages takes a few ms, so two would do.
 PUSH_TRIES = 5
 
 
@@ -204,6 +207,8 @@ class FencedRedis:
         message (the fire's pushes are most of a burst's publication). The lease's own
         renewal also writes the key: the push is then tried again (`PUSH_TRIES`), and an
         aborted EXEC has pushed nothing. A cluster keeps the fenced script."""
+        if not messages:
+            return  # (most fire chunks: their runs were all published early)
         by_queue: dict[str, list[bytes]] = {}
         for queue, message in messages:
             by_queue.setdefault(queue, []).append(message)
@@ -232,7 +237,11 @@ class FencedRedis:
                     _lpush_all(pipe, by_queue)
                     pipe.execute()
                     return
-                except WatchError:
+                except WatchError as exc:
+                    # redis-py reports a connection lost while watching as a WatchError:
+                    # that is Redis unreachable, not the lease changing, so no retry here
+                    if isinstance(exc.__context__, (RedisConnectionError, RedisTimeoutError)):
+                        raise exc.__context__ from None
                     continue  # the key was written meanwhile: look again
         raise LeaseLost(f"the lease key changed during each of {PUSH_TRIES} pushes")
 

@@ -123,9 +123,10 @@ class StallingProxy:
             flowing.clear()
 
     def split_next_reply(self, keep: int) -> threading.Event:
-        """The next bytes the server sends on each connection open now: the first `keep`
-        go through, the rest wait for `flow()` (a frame that has only partly arrived).
-        The event is set once the first part went through."""
+        """The next bytes a server sends, on whichever connection sends first (the tests
+        that use it have one): the first `keep` go through, the rest wait for `flow()`
+        (a frame that has only partly arrived). The event is set once the first part went
+        through."""
         self._split = keep
         self.split_sent = threading.Event()
         return self.split_sent

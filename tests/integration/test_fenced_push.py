@@ -32,17 +32,18 @@ def between_read_and_exec(monkeypatch):
     return actions
 
 
-def _other(redis_client):
-    return redis.Redis(
-        connection_pool=redis.ConnectionPool(**redis_client.connection_pool.connection_kwargs)
-    )
+@pytest.fixture
+def other(redis_client):
+    """A second client with its own connections."""
+    pool = redis.ConnectionPool(**redis_client.connection_pool.connection_kwargs)
+    yield redis.Redis(connection_pool=pool)
+    pool.disconnect()
 
 
 def test_a_takeover_between_the_read_and_the_exec_pushes_nothing(
-    redis_client, between_read_and_exec
+    redis_client, between_read_and_exec, other
 ):
     redis_client.set(LOCK, "mine", px=60_000)
-    other = _other(redis_client)
     between_read_and_exec.append(lambda: other.set(LOCK, "theirs", px=60_000))
     with pytest.raises(LeaseLost):
         FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
@@ -50,19 +51,19 @@ def test_a_takeover_between_the_read_and_the_exec_pushes_nothing(
     assert not between_read_and_exec, "the takeover landed inside the push"
 
 
-def test_a_renewal_between_the_read_and_the_exec_pushes_once(redis_client, between_read_and_exec):
+def test_a_renewal_between_the_read_and_the_exec_pushes_once(
+    redis_client, between_read_and_exec, other
+):
     redis_client.set(LOCK, "mine", px=60_000)
-    other = _other(redis_client)
     between_read_and_exec.append(lambda: other.pexpire(LOCK, 120_000))  # the lease renewed
     FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
     assert redis_client.lrange(QUEUE, 0, -1)[::-1] == [m for _q, m in MESSAGES]
 
 
 def test_a_key_that_keeps_changing_ends_in_lease_lost_not_a_loop(
-    redis_client, between_read_and_exec
+    redis_client, between_read_and_exec, other
 ):
     redis_client.set(LOCK, "mine", px=60_000)
-    other = _other(redis_client)
     between_read_and_exec.extend([lambda: other.pexpire(LOCK, 120_000)] * PUSH_TRIES)
     with pytest.raises(LeaseLost):
         FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
@@ -86,3 +87,21 @@ def test_messages_keep_their_order_per_queue_across_chunks(redis_client, monkeyp
         # a worker pops from the right: the oldest first
         popped = [redis_client.rpop(queue) for _ in range(redis_client.llen(queue))]
         assert popped == [m for q, m in messages if q == queue]
+
+
+def test_a_connection_lost_between_the_read_and_the_exec_is_raised_as_such(
+    redis_client, between_read_and_exec, other
+):
+    """redis-py reports it as a WatchError; it is Redis unreachable, not the lease
+    changing: raised as the connection error, not tried again as an abort."""
+    redis_client.set(LOCK, "mine", px=60_000)
+    between_read_and_exec.append(lambda: other.client_kill_filter(skipme=True))
+    with pytest.raises(redis.ConnectionError):
+        FencedRedis(redis_client, LOCK, "mine").push_messages(MESSAGES)
+    assert redis_client.llen(QUEUE) == 0
+
+
+def test_an_empty_push_sends_nothing(redis_client):
+    """No lease check either (most fire chunks push nothing: their runs went out early)."""
+    FencedRedis(redis_client, LOCK, "nobody's").push_messages([])
+    assert redis_client.llen(QUEUE) == 0

@@ -83,10 +83,6 @@ return redis.error_reply('unknown operation: ' .. op)
 """
 
 CHUNK = 3000  # arguments per script call, well under Lua's unpack limit (~8000)
-# Pushes tried while the lease key keeps changing under them: each change is a renewal
-# (several a lease: every 0.5 s with the default 2 s lease) or a takeover (then the next
-# read refuses), and a push of 2,000 messages takes a few ms, so two would do.
-PUSH_TRIES = 5
 
 
 def _lpush_all(pipe, by_queue: dict[str, list[bytes]]) -> None:
@@ -200,50 +196,54 @@ class FencedRedis:
     def push_messages(self, messages: list[tuple[str, bytes]]) -> None:
         """LPUSH pre-built messages to their queues, fenced by the lease key.
 
-        On one Redis the fence is optimistic: WATCH the lock key, read it, and push in
-        MULTI/EXEC, which Redis runs only if the key was not written (nor expired) since
-        the WATCH. A script would do the same check, but Redis copies each argument into
-        Lua and back: with messages of about a kilobyte that was 75% more server time per
-        message (the fire's pushes are most of a burst's publication). The lease's own
-        renewal also writes the key: the push is then tried again (`PUSH_TRIES`), and an
-        aborted EXEC has pushed nothing. A cluster keeps the fenced script."""
+        On one Redis the fence is first optimistic: WATCH the lock key, read it, and push
+        in MULTI/EXEC, which Redis runs only if the key was not written since the WATCH.
+        The fenced script makes the same check, but Redis copies each of its arguments
+        into Lua and back: with messages of about a kilobyte that was 75% more server
+        time per message (the fire's pushes are most of a burst's publication). The
+        lease's own renewal writes the key too; a push it aborted (having pushed nothing)
+        goes again through the script, which no write can abort, so a link slow enough
+        for renewals to land inside every push still publishes. A cluster always uses the
+        script (ADR 0029)."""
         if not messages:
             return  # (most fire chunks: their runs were all published early)
         by_queue: dict[str, list[bytes]] = {}
         for queue, message in messages:
             by_queue.setdefault(queue, []).append(message)
-        if isinstance(self.client, RedisCluster):
-            pipe = self.client.pipeline(transaction=False)
-            for queue, batch in by_queue.items():
-                for start in range(0, len(batch), CHUNK):
-                    args = [self.token, "LPUSH", *batch[start : start + CHUNK]]
-                    self._pipe_fenced(pipe, [self.lock_key, queue], args)
-            for result in pipe.execute():
-                self._check(result)
-            return
         if not self.token:  # unfenced (benchmarks that drive an engine by hand)
             pipe = self.client.pipeline(transaction=False)
             _lpush_all(pipe, by_queue)
             pipe.execute()
-            return
-        for _ in range(PUSH_TRIES):
-            with self.client.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(self.lock_key)
-                    holder = pipe.get(self.lock_key)
-                    if holder is None or _text(holder) != self.token:
-                        raise LeaseLost("another process holds the lease: this push was refused")
-                    pipe.multi()
-                    _lpush_all(pipe, by_queue)
-                    pipe.execute()
-                    return
-                except WatchError as exc:
-                    # redis-py reports a connection lost while watching as a WatchError:
-                    # that is Redis unreachable, not the lease changing, so no retry here
-                    if isinstance(exc.__context__, (RedisConnectionError, RedisTimeoutError)):
-                        raise exc.__context__ from None
-                    continue  # the key was written meanwhile: look again
-        raise LeaseLost(f"the lease key changed during each of {PUSH_TRIES} pushes")
+        elif isinstance(self.client, RedisCluster) or not self._push_watched(by_queue):
+            self._push_by_script(by_queue)
+
+    def _push_watched(self, by_queue: dict[str, list[bytes]]) -> bool:
+        """The optimistic push: False if a write to the lock key aborted it."""
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(self.lock_key)
+                holder = pipe.get(self.lock_key)
+                if holder is None or _text(holder) != self.token:
+                    raise LeaseLost("another process holds the lease: this push was refused")
+                pipe.multi()
+                _lpush_all(pipe, by_queue)
+                pipe.execute()
+                return True
+            except WatchError as exc:
+                # redis-py reports a connection lost while watching as a WatchError: that
+                # is Redis unreachable, not the key changing, and is raised as such
+                if isinstance(exc.__context__, (RedisConnectionError, RedisTimeoutError)):
+                    raise exc.__context__ from None
+                return False
+
+    def _push_by_script(self, by_queue: dict[str, list[bytes]]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for queue, batch in by_queue.items():
+            for start in range(0, len(batch), CHUNK):
+                args = [self.token, "LPUSH", *batch[start : start + CHUNK]]
+                self._pipe_fenced(pipe, [self.lock_key, queue], args)
+        for result in pipe.execute():
+            self._check(result)
 
     def _command(self, key: str, command: str, values: list) -> None:
         if not values:

@@ -540,16 +540,20 @@ class SchedulerProcess:
             else:
                 keys = [wake_key(p.partition) for p in held]
                 poll_ends = time.monotonic() + remaining
+                woken: list[bytes] = []
                 try:
                     popped = self.client.blpop(keys[:1], timeout=remaining)
+                    woken += [popped[1]] if popped else []
                     pipe = self.client.pipeline(transaction=False)
                     for key in keys:
                         pipe.lpop(key, 1000)
-                    woken = [popped[1]] if popped else []
                     woken += [raw for batch in pipe.execute() if batch for raw in batch]
                 except REDIS_ERRORS as exc:
                     # One node of a cluster away: lead at once, each partition finding out
                     # by its own lease whether its keys are still there (see try_lead).
+                    # What was popped before the failure is handled first, not dropped.
+                    for raw in woken:
+                        self._handle_wake(raw.decode())
                     self._fleet_unreadable(exc)
                     time.sleep(max(poll_ends - time.monotonic(), 0))  # not a busy loop
                     return

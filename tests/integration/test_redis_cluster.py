@@ -418,3 +418,32 @@ def test_a_cluster_entirely_away_is_a_step_down_not_an_error(
         if process.held():
             break
     assert process.held() and leader.error_backoff == 0
+
+
+def test_a_wake_up_popped_before_a_node_fails_is_handled_not_dropped(
+    live, on_redis_cluster, redis_cluster, amqp_broker, settings, new_process, monkeypatch
+):
+    """A process leading four partitions waits on the first one's wake list, then drains
+    the others' in one pipeline. A node serving another partition's list is dead: the
+    pipeline fails, and the wake-up already popped from the first list is handled before
+    the process goes on (it used to be dropped, left to the relay)."""
+    settings.SCHEDULER_PARTITIONS = 4
+    process = new_process("host:1", FakeClock(START))
+    for _ in range(4):
+        process.try_lead()
+    held = process.held()
+    assert len(held) == 4
+    first = redis_cluster.primary_of(keys.wake_key(held[0].partition))
+    others = {redis_cluster.primary_of(keys.wake_key(p.partition)) for p in held[1:]}
+    victim = next((port for port in sorted(others) if port != first), None)
+    if victim is None:
+        pytest.skip("every partition's wake list is on one primary")
+    handled: list[str] = []
+    monkeypatch.setattr(process, "_handle_wake", handled.append)
+    on_redis_cluster.rpush(keys.wake_key(held[0].partition), "release:1:2")
+    try:
+        redis_cluster.kill(victim)
+        process.wait(0.5)
+        assert handled == ["release:1:2"]
+    finally:
+        redis_cluster.restart_dead()

@@ -5,6 +5,7 @@ and the depths the admission watermark and `/metrics` read."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -240,10 +241,10 @@ def test_a_queue_deleted_under_the_leader_is_declared_again_not_dropped_into(
 
 def test_a_connection_lost_while_idle_costs_the_publish_nothing(amqp_broker, redis_client):
     writes = _lease(redis_client)
-    writes.push_messages([("runs.high.1", _message(str(uuid.uuid4()), "runs.high.1"))])
+    _publish(writes, str(uuid.uuid4()))
     writes._conn.transport.close()  # dropped by the broker or a load balancer meanwhile
     run_id = str(uuid.uuid4())
-    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    _publish(writes, run_id)
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id
 
 
@@ -257,6 +258,25 @@ def _proxied(url: str) -> tuple[StallingProxy, str]:
     return proxy, urlunsplit(parts._replace(netloc=f"{login}@{address}" if login else address))
 
 
+@contextlib.contextmanager
+def _connected_through_a_proxy(amqp_broker: str, redis_client):
+    """Fenced writes whose connection goes through a proxy, one message already published
+    on it; yields the proxy, the writes and that message's run id."""
+    proxy, url = _proxied(amqp_broker)
+    try:
+        writes = _lease(redis_client)
+        writes.url = url
+        first = str(uuid.uuid4())
+        _publish(writes, first)
+        yield proxy, writes, first
+    finally:
+        proxy.close()
+
+
+def _publish(writes: AmqpWrites, run_id: str) -> None:
+    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+
+
 @pytest.mark.parametrize("heartbeat", [1, 0])
 def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
     amqp_broker, redis_client, settings, heartbeat
@@ -267,12 +287,8 @@ def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
     so the next fire publishes on a new connection instead of first waiting out its
     confirms on the dead one; without them the dead connection is kept."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = heartbeat
-    proxy, url = _proxied(amqp_broker)
-    try:
-        writes = _lease(redis_client)
-        writes.url = url
-        first, second = str(uuid.uuid4()), str(uuid.uuid4())
-        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+    with _connected_through_a_proxy(amqp_broker, redis_client) as (proxy, writes, first):
+        second = str(uuid.uuid4())
         dead = writes._conn
         assert dead.heartbeat == heartbeat
         proxy.stall_open()  # that connection goes silent; new ones go through
@@ -287,11 +303,9 @@ def test_a_connection_dropped_without_a_word_is_found_dead_between_fires(
         else:
             assert writes._conn is dead  # nothing notices it until a publish times out
             writes.close()  # (that would take SCHEDULER_AMQP_TIMEOUT_SECONDS)
-        writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+        _publish(writes, second)
         assert writes._conn is not dead
         assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
-    finally:
-        proxy.close()
 
 
 def test_keepalive_leaves_a_connection_a_push_is_using_alone(amqp_broker, redis_client, settings):
@@ -301,12 +315,8 @@ def test_keepalive_leaves_a_connection_a_push_is_using_alone(amqp_broker, redis_
     Every read and tick of the connection is recorded with its thread while a proxy holds
     the confirms; then they are let through and the push ends on its own connection."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 5
-    proxy, url = _proxied(amqp_broker)
-    try:
-        writes = _lease(redis_client)
-        writes.url = url
-        first, second = str(uuid.uuid4()), str(uuid.uuid4())
-        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+    with _connected_through_a_proxy(amqp_broker, redis_client) as (proxy, writes, first):
+        second = str(uuid.uuid4())
         alive = writes._conn
         used_by: list[str] = []
         for name in ("drain_events", "heartbeat_tick", "send_heartbeat"):
@@ -322,7 +332,7 @@ def test_keepalive_leaves_a_connection_a_push_is_using_alone(amqp_broker, redis_
 
         def push() -> None:
             try:
-                writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+                _publish(writes, second)
             except Exception as exc:  # asserted below
                 errors.append(exc)
 
@@ -341,8 +351,6 @@ def test_keepalive_leaves_a_connection_a_push_is_using_alone(amqp_broker, redis_
         assert set(used_by) == {"pusher"}, "the keepalive used the connection during the push"
         assert writes._conn is alive
         assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
-    finally:
-        proxy.close()
 
 
 def test_keepalive_waits_a_bounded_time_for_a_frame_that_has_partly_arrived(
@@ -354,12 +362,8 @@ def test_keepalive_waits_a_bounded_time_for_a_frame_that_has_partly_arrived(
     takes). When the rest arrives, the frame is read whole and the connection still
     publishes."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
-    proxy, url = _proxied(amqp_broker)
-    try:
-        writes = _lease(redis_client)
-        writes.url = url
-        first, second = str(uuid.uuid4()), str(uuid.uuid4())
-        writes.push_messages([("runs.high.1", _message(first, "runs.high.1"))])
+    with _connected_through_a_proxy(amqp_broker, redis_client) as (proxy, writes, first):
+        second = str(uuid.uuid4())
         alive = writes._conn
         split = proxy.split_next_reply(keep=3)  # of the next heartbeat's 8 bytes
         assert split.wait(5), "no heartbeat came from the broker"
@@ -372,11 +376,9 @@ def test_keepalive_waits_a_bounded_time_for_a_frame_that_has_partly_arrived(
         writes._kept_alive = 0.0
         writes.keepalive()
         assert writes._conn is alive
-        writes.push_messages([("runs.high.1", _message(second, "runs.high.1"))])
+        _publish(writes, second)
         assert writes._conn is alive
         assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")] == [first, second]
-    finally:
-        proxy.close()
 
 
 def test_keepalive_keeps_a_healthy_idle_connection(amqp_broker, redis_client, settings):
@@ -384,14 +386,14 @@ def test_keepalive_keeps_a_healthy_idle_connection(amqp_broker, redis_client, se
     read and ours sent: the connection is neither closed here nor by the broker."""
     settings.SCHEDULER_AMQP_HEARTBEAT_SECONDS = 1
     writes = _lease(redis_client)
-    writes.push_messages([("runs.high.1", _message(str(uuid.uuid4()), "runs.high.1"))])
+    _publish(writes, str(uuid.uuid4()))
     alive = writes._conn
     for _ in range(30):
         writes.keepalive()
         time.sleep(0.1)
     assert writes._conn is alive
     run_id = str(uuid.uuid4())
-    writes.push_messages([("runs.high.1", _message(run_id, "runs.high.1"))])
+    _publish(writes, run_id)
     assert writes._conn is alive  # published on it: the broker had not closed it either
     assert [m.headers["id"] for m in _drain(amqp_broker, "runs.1")][-1] == run_id
 

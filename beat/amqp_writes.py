@@ -220,8 +220,7 @@ class AmqpWrites(FencedRedis):
         """Refuse to publish unless the lease lock still holds this leader's token."""
         if not self.token:
             return  # unfenced (benchmarks, `rebuild_index` without a leader)
-        current = self.client.get(self.lock_key)
-        if current is None or current.decode() != self.token:
+        if not self.holds_lease(self.client.get(self.lock_key)):
             raise LeaseLost("another process holds the lease: this leader's publish was refused")
 
     # --- publishing -----------------------------------------------------------------------

@@ -25,6 +25,8 @@ from core.keys import index_built_key, index_key, runs_index_key
 from core.redis import KeyedScript, pipeline_eval
 
 from .lease import LeaseLost
+from .messages import by_queue
+from .messages import push_messages as queue_lpushes
 
 # KEYS[1] lock, KEYS[2] zset; ARGV[1] token; then (member, expected, new) triples where
 # '' means "absent" (expected) or "remove" (new). Returns 1/0 per triple (applied or not).
@@ -83,16 +85,6 @@ return redis.error_reply('unknown operation: ' .. op)
 """
 
 CHUNK = 3000  # arguments per script call, well under Lua's unpack limit (~8000)
-
-
-def _lpush_all(pipe, by_queue: dict[str, list[bytes]]) -> None:
-    for queue, batch in by_queue.items():
-        for start in range(0, len(batch), CHUNK):
-            pipe.lpush(queue, *batch[start : start + CHUNK])
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -207,26 +199,26 @@ class FencedRedis:
         script (ADR 0029)."""
         if not messages:
             return  # (most fire chunks: their runs were all published early)
-        by_queue: dict[str, list[bytes]] = {}
-        for queue, message in messages:
-            by_queue.setdefault(queue, []).append(message)
         if not self.token:  # unfenced (benchmarks that drive an engine by hand)
             pipe = self.client.pipeline(transaction=False)
-            _lpush_all(pipe, by_queue)
+            queue_lpushes(pipe, messages, CHUNK)
             pipe.execute()
-        elif isinstance(self.client, RedisCluster) or not self._push_watched(by_queue):
-            self._push_by_script(by_queue)
+        elif isinstance(self.client, RedisCluster) or not self._push_watched(messages):
+            self._push_by_script(messages)
 
-    def _push_watched(self, by_queue: dict[str, list[bytes]]) -> bool:
+    def holds_lease(self, value: bytes | None) -> bool:
+        """Whether `value`, read from the lock key, is this leader's token."""
+        return value is not None and value.decode() == self.token
+
+    def _push_watched(self, messages: list[tuple[str, bytes]]) -> bool:
         """The optimistic push: False if a write to the lock key aborted it."""
         with self.client.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(self.lock_key)
-                holder = pipe.get(self.lock_key)
-                if holder is None or _text(holder) != self.token:
+                if not self.holds_lease(pipe.get(self.lock_key)):
                     raise LeaseLost("another process holds the lease: this push was refused")
                 pipe.multi()
-                _lpush_all(pipe, by_queue)
+                queue_lpushes(pipe, messages, CHUNK)
                 pipe.execute()
                 return True
             except WatchError as exc:
@@ -236,9 +228,9 @@ class FencedRedis:
                     raise exc.__context__ from None
                 return False
 
-    def _push_by_script(self, by_queue: dict[str, list[bytes]]) -> None:
+    def _push_by_script(self, messages: list[tuple[str, bytes]]) -> None:
         pipe = self.client.pipeline(transaction=False)
-        for queue, batch in by_queue.items():
+        for queue, batch in by_queue(messages).items():
             for start in range(0, len(batch), CHUNK):
                 args = [self.token, "LPUSH", *batch[start : start + CHUNK]]
                 self._pipe_fenced(pipe, [self.lock_key, queue], args)

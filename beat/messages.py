@@ -189,10 +189,17 @@ def new_delivery_tag() -> str:
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 
 
-def push_messages(pipeline, messages: list[tuple[str, bytes]]) -> None:
-    """Queue LPUSHes on a Redis pipeline, one per destination queue (the caller executes)."""
-    by_queue: dict[str, list[bytes]] = {}
+def by_queue(messages: list[tuple[str, bytes]]) -> dict[str, list[bytes]]:
+    """(queue, message) pairs grouped by queue, each queue's in their order."""
+    grouped: dict[str, list[bytes]] = {}
     for queue, message in messages:
-        by_queue.setdefault(queue, []).append(message)
-    for queue, batch in by_queue.items():
-        pipeline.lpush(queue, *batch)
+        grouped.setdefault(queue, []).append(message)
+    return grouped
+
+
+def push_messages(pipeline, messages: list[tuple[str, bytes]], chunk: int) -> None:
+    """Queue LPUSHes on a Redis pipeline, per destination queue and at most `chunk`
+    messages each (the caller executes)."""
+    for queue, batch in by_queue(messages).items():
+        for start in range(0, len(batch), chunk):
+            pipeline.lpush(queue, *batch[start : start + chunk])

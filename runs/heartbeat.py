@@ -17,7 +17,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from psycopg import sql
 
 from core.logs import log_event
@@ -85,7 +85,9 @@ class Heartbeats:
             by_schema[schema].append((run_id, attempt))
         stopped = 0
         for schema, attempts in by_schema.items():
-            alive = self._beat_schema(schema, attempts)
+            alive = self._beat_schema_isolated(schema, attempts)
+            if alive is None:
+                continue  # not known: nothing is stopped on a failed beat
             for run_id, attempt in attempts:
                 if (run_id, attempt) not in alive:
                     snapshot[(schema, run_id, attempt)]()
@@ -103,6 +105,32 @@ class Heartbeats:
                         attempt=attempt,
                     )
         return stopped
+
+    def _beat_schema_isolated(
+        self, schema: str, attempts: list[tuple[str, int]]
+    ) -> set[tuple[str, int]] | None:
+        """`_beat_schema`, a failure costing only that schema (None): one tenant's broken
+        or locked table must not leave the other tenants' runs on this worker without a
+        heartbeat, or the reaper runs them again while they still execute. A connection
+        that is gone fails every schema, and is left to the loop (it reconnects)."""
+        try:
+            return self._beat_schema(schema, attempts)
+        except DatabaseError:
+            raw = connection.connection
+            if raw is None or raw.closed or getattr(raw, "broken", False):
+                raise
+            HEARTBEAT_FAILURES.inc()
+            log_event(
+                log,
+                "heartbeat.failed",
+                "heartbeat of %s runs of %s failed",
+                len(attempts),
+                slug_for_schema(schema),
+                level=logging.ERROR,
+                exc_info=True,
+                tenant=slug_for_schema(schema),
+            )
+            return None
 
     def _beat_schema(self, schema: str, attempts: list[tuple[str, int]]) -> set[tuple[str, int]]:
         """The (run, attempt) pairs still running: pairs, not ids, since two attempts of

@@ -201,6 +201,40 @@ def test_heartbeats_are_batched_and_report_cancelled_runs(live, redis_client):
     assert _run(alpha, runs[0].id).heartbeat_at > timezone.now() - timedelta(seconds=5)
 
 
+def test_a_tenant_whose_heartbeat_fails_costs_only_its_own_runs(live, redis_client):
+    """One worker runs a run of alpha and one of beta; alpha's runs table is locked past the
+    statement's lock timeout (a migration building an index, say). Beta's run still gets
+    its heartbeat, so the reaper does not run it again while it executes; alpha's run is
+    not told to stop on a beat that said nothing about it."""
+    from .helpers import other_connection
+
+    alpha, beta = live["alpha"].tenant, live["beta"].tenant
+    clock = FakeClock(START)
+    tracked = []
+    for tenant in (alpha, beta):  # alpha first: its failure came first in the loop
+        job = make_job(tenant, clock, schedule=None)
+        run = _trigger(tenant, clock, job)
+        with schema_context(tenant.schema_name):
+            Run.objects.filter(pk=run.pk).update(status=states.RUNNING, heartbeat_at=START)
+        tracked.append((tenant, run))
+    beats = Heartbeats(60)
+    events = [beats.track(t.schema_name, str(r.id), 1) for t, r in tracked]
+    holder = other_connection()
+    holder.execute(f'LOCK TABLE "{alpha.schema_name}".runs_run IN ACCESS EXCLUSIVE MODE')
+    try:
+        with connection.cursor() as cursor:  # the beat waits 0.2 s for the lock, not 10
+            cursor.execute("SELECT set_config('lock_timeout', '200ms', false)")
+        assert beats.beat_once() == 0
+    finally:
+        holder.rollback()
+        holder.close()
+        connection.close()  # the next test's session starts with the configured bounds
+    beats.stop()
+    assert [e.is_set() for e in events] == [False, False]
+    assert _run(alpha, tracked[0][1].id).heartbeat_at == START
+    assert _run(beta, tracked[1][1].id).heartbeat_at > timezone.now() - timedelta(seconds=5)
+
+
 def test_cancelled_running_run_stops_and_its_late_result_changes_nothing(live, redis_client):
     alpha = live["alpha"].tenant
     clock = FakeClock(START)

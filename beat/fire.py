@@ -496,6 +496,7 @@ def _admit_schema(
         cursor,
         schema,
         [e.run_id for e in slotted],
+        [e.attempt for e in slotted],
         [e.run_id for e in slotted if e.judge_lateness],
         now,
     )
@@ -520,18 +521,26 @@ def _admit_the_rest(
     no_slot: frozenset,
 ) -> None:
     by_id = {e.run_id: e for e in rest}
+
+    def attempts(run_ids: list) -> list[int]:  # the attempt each decision is about
+        return [by_id[run_id].attempt for run_id in run_ids]
+
     jobs = store.job_admission_rows(cursor, schema, sorted({e.job_id for e in rest}))
     gone, paused, live = _split_by_job_state(rest, jobs)
-    result.skipped += store.mark_skipped(cursor, schema, paused, states.SKIP_PAUSED, now)
+    result.skipped += store.mark_skipped(
+        cursor, schema, paused, attempts(paused), states.SKIP_PAUSED, now
+    )
     result.cancelled += store.cancel_runs(cursor, schema, gone, "job deleted", now)
     live, late = _apply_misfire(live, jobs, now, engine.config.misfire_max_runs)
-    result.skipped += store.mark_skipped(cursor, schema, late, states.SKIP_MISFIRE, now)
+    result.skipped += store.mark_skipped(
+        cursor, schema, late, attempts(late), states.SKIP_MISFIRE, now
+    )
     decision = admit(
         [DueRun(e.run_id, e.job_id, e.scheduled_for) for e in live],
         {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
     )
     replaced = store.cancel_active_runs_of_jobs(
-        cursor, schema, decision.replace_jobs, "replaced by a newer run", now
+        cursor, schema, decision.replace_jobs, "replaced by a newer run", now, list(by_id)
     )
     result.cancelled += len(replaced)
     result.ended += [(run_id, attempt) for _, run_id, attempt in replaced]
@@ -546,10 +555,11 @@ def _admit_the_rest(
     result.cancelled += store.cancel_runs(
         cursor, schema, decision.supersede + superseded, "superseded by a newer run", now
     )
+    overlap = decision.skip_overlap
     result.skipped += store.mark_skipped(
-        cursor, schema, decision.skip_overlap, states.SKIP_OVERLAP, now
+        cursor, schema, overlap, attempts(overlap), states.SKIP_OVERLAP, now
     )
-    moved = store.mark_queued(cursor, schema, to_queue)
+    moved = store.mark_queued(cursor, schema, to_queue, attempts(to_queue))
     for run_id in to_queue:
         if run_id in moved:
             entry, job = by_id[run_id], jobs[by_id[run_id].job_id]

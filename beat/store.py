@@ -441,10 +441,13 @@ def set_local_lock_timeout(cursor, seconds: float) -> None:
 
 
 def queue_unconstrained(
-    cursor, schema: str, run_ids: list, judged_ids: list, now: datetime
+    cursor, schema: str, run_ids: list, attempts: list[int], judged_ids: list, now: datetime
 ) -> list[Queued]:
     """The common case in one statement: runs of active `allow` jobs go straight to queued
-    (first attempts of any trigger, and retries). Runs it leaves need the full admission:
+    (first attempts of any trigger, and retries), each only at the attempt the leader holds
+    (`attempts`, one per run): a run a worker took meanwhile from an earlier message and
+    ended in a retry is a later attempt, whose own back-off and message stay for it (ADR
+    0021). Runs it leaves need the full admission:
     other concurrency policies, paused or deleted jobs, and schedule runs among
     `judged_ids` (runs that may have waited with no leader) later than their job's misfire
     grace (the misfire policy decides those).
@@ -457,7 +460,8 @@ def queue_unconstrained(
     if not run_ids:
         return []
     cursor.execute(
-        queue_unconstrained_sql(schema), queue_unconstrained_params(run_ids, judged_ids, now)
+        queue_unconstrained_sql(schema),
+        queue_unconstrained_params(run_ids, attempts, judged_ids, now),
     )
     return [Queued(*row) for row in cursor.fetchall()]
 
@@ -467,9 +471,9 @@ def queue_unconstrained_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
         WITH due AS MATERIALIZED (
-            SELECT r.id, r.job_id, v.judged
-            FROM unnest(%s::uuid[], %s::bool[]) AS v(id, judged)
-            JOIN {runs} r ON r.id = v.id
+            SELECT r.id, r.job_id, v.attempt, v.judged
+            FROM unnest(%s::uuid[], %s::int[], %s::bool[]) AS v(id, attempt, judged)
+            JOIN {runs} r ON r.id = v.id AND r.attempt = v.attempt
             WHERE r.status IN {admittable})
         UPDATE {runs} r SET status = {queued}, queued_at = now()
         FROM due d CROSS JOIN LATERAL (
@@ -477,7 +481,7 @@ def queue_unconstrained_sql(schema: str) -> sql.Composable:
             FROM {jobs} j
             WHERE j.id = d.job_id AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL
             OFFSET 0) j
-        WHERE r.id = d.id AND r.status IN {admittable}
+        WHERE r.id = d.id AND r.attempt = d.attempt AND r.status IN {admittable}
           AND NOT {held}
           AND (r.trigger <> 'schedule' OR r.attempt > 1
                OR (NOT j.paused
@@ -493,9 +497,16 @@ def queue_unconstrained_sql(schema: str) -> sql.Composable:
     )
 
 
-def queue_unconstrained_params(run_ids: list, judged_ids: list, now: datetime) -> list:
+def queue_unconstrained_params(
+    run_ids: list, attempts: list[int], judged_ids: list, now: datetime
+) -> list:
     judged = set(judged_ids)
-    return [pg_array(run_ids), pg_array([run_id in judged for run_id in run_ids]), now]
+    return [
+        pg_array(run_ids),
+        pg_array(attempts),
+        pg_array([run_id in judged for run_id in run_ids]),
+        now,
+    ]
 
 
 class PublishableJob(NamedTuple):  # a tuple: 10,000 of them are built per fire
@@ -609,17 +620,20 @@ def job_admission_rows(cursor, schema: str, job_ids: list[int]) -> dict[int, Job
 def _mark_queued_sql(schema: str) -> sql.Composable:
     return sql.SQL(
         """
-        UPDATE {runs} SET status = {queued}, queued_at = now()
-        WHERE id = ANY(%s::uuid[]) AND status IN {admittable} RETURNING id
+        UPDATE {runs} r SET status = {queued}, queued_at = now()
+        FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempt)
+        WHERE r.id = v.id AND r.attempt = v.attempt AND r.status IN {admittable}
+        RETURNING r.id
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
 
 
-def mark_queued(cursor, schema: str, run_ids: list) -> set:
-    """scheduled|retrying -> queued; returns the ids that moved (only those are published)."""
+def mark_queued(cursor, schema: str, run_ids: list, attempts: list[int]) -> set:
+    """scheduled|retrying -> queued, each run only at the attempt the leader holds (as
+    `queue_unconstrained`); returns the ids that moved (only those are published)."""
     if not run_ids:
         return set()
-    cursor.execute(_mark_queued_sql(schema), [pg_array(run_ids)])
+    cursor.execute(_mark_queued_sql(schema), [pg_array(run_ids), pg_array(attempts)])
     return {row[0] for row in cursor.fetchall()}
 
 
@@ -657,16 +671,21 @@ def mark_published_queued_of_schemas(cursor, wanted: list[tuple[str, list]]) -> 
     )
 
 
-def mark_skipped(cursor, schema: str, run_ids: list, reason: str, now: datetime) -> int:
+def mark_skipped(
+    cursor, schema: str, run_ids: list, attempts: list[int], reason: str, now: datetime
+) -> int:
+    """The fire's skips (paused, misfire, overlap), each run only at the attempt the
+    leader decided on: a retry recorded meanwhile is not skipped for its first attempt."""
     if not run_ids:
         return 0
     query = sql.SQL(
         """
-        UPDATE {runs} SET status = {skipped}, skip_reason = %s, finished_at = %s
-        WHERE id = ANY(%s::uuid[]) AND status IN {skippable}
+        UPDATE {runs} r SET status = {skipped}, skip_reason = %s, finished_at = %s
+        FROM unnest(%s::uuid[], %s::int[]) AS v(id, attempt)
+        WHERE r.id = v.id AND r.attempt = v.attempt AND r.status IN {skippable}
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [reason, now, run_ids])
+    cursor.execute(query, [reason, now, pg_array(run_ids), pg_array(attempts)])
     return cursor.rowcount
 
 
@@ -684,19 +703,22 @@ def cancel_runs(cursor, schema: str, run_ids: list, error: str, now: datetime) -
 
 
 def cancel_active_runs_of_jobs(
-    cursor, schema: str, job_ids: list[int], error: str, now: datetime
+    cursor, schema: str, job_ids: list[int], error: str, now: datetime, admitting: list
 ) -> list[tuple[int, Any, int]]:
-    """`replace` policy: the jobs' queued and running runs are cancelled; returns the
-    (job id, run id, attempt) of each (their tenant's quota slots are free)."""
+    """`replace` policy: the jobs' queued and running runs are cancelled, except the runs
+    being admitted (`admitting`): one a worker took meanwhile from an earlier message is
+    active, and must not be cancelled as replaced by itself. Returns the (job id, run id,
+    attempt) of each (their tenant's quota slots are free)."""
     if not job_ids:
         return []
     query = sql.SQL(
         """
         UPDATE {runs} SET status = {cancelled}, error = %s, finished_at = %s
-        WHERE job_id = ANY(%s) AND status IN {active} RETURNING job_id, id, attempt
+        WHERE job_id = ANY(%s) AND status IN {active} AND NOT (id = ANY(%s::uuid[]))
+        RETURNING job_id, id, attempt
         """
     ).format(runs=table(schema, "runs_run"), **STATUS)
-    cursor.execute(query, [error, now, job_ids])
+    cursor.execute(query, [error, now, job_ids, pg_array(admitting)])
     return [tuple(row) for row in cursor.fetchall()]
 
 

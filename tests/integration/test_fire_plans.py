@@ -65,7 +65,9 @@ def test_queueing_a_tenants_due_runs_is_linear_without_statistics(live, redis_cl
         with connection.cursor() as cursor:
             cursor.execute(
                 sql_text(cursor, schema),
-                store.queue_unconstrained_params(chunk, chunk, START + timedelta(minutes=1)),
+                store.queue_unconstrained_params(
+                    chunk, [1] * len(chunk), chunk, START + timedelta(minutes=1)
+                ),
             )
             [[raw]] = cursor.fetchall()
         transaction.set_rollback(True)  # the statistics and the runs as they were

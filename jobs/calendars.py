@@ -2,7 +2,8 @@
 change freeze). Actions for the API and the portal, in the current tenant schema; each
 writes an audit record. A change to a calendar is a change to the schedule of every job
 attached to it: their prepared runs inside the lookahead window are brought in line
-(`jobs.signals.schedule_changed`) and the leader re-materialises from the next slot.
+(`jobs.signals.schedule_changed`) and the leader re-materialises from the first slot not
+yet planned (slots missed while a job was paused still go to its misfire policy).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .indexing import save_and_index
 from .models import AuditEvent, ExclusionCalendar, Job
 from .schedule_fields import calendar_value
 from .schedules import ScheduleError, calendar_from_ics
-from .services import Actor, first_slot_after
+from .services import Actor, cursor_after_calendar_change, first_slot_after
 from .signals import schedule_changed
 from .validation import Errors, JobValidationError
 
@@ -168,11 +169,18 @@ def _locked(name: str) -> ExclusionCalendar:
 
 
 def _reschedule_jobs_of(tenant: Tenant, calendar: ExclusionCalendar, now: datetime) -> None:
-    """The calendar's dates changed: each job using it starts again from its first slot
-    after now, and its prepared runs follow (kept where unchanged, removed otherwise)."""
-    for job in Job.objects.select_for_update().filter(calendars=calendar, deleted_at__isnull=True):
+    """The calendar's dates changed: each job using it keeps the slots it has not had
+    planned yet (`cursor_after_calendar_change`), and its prepared runs follow (kept where
+    unchanged, removed otherwise). Parked jobs are left out: their stored schedule cannot
+    be computed (one of them would fail the whole change), and the edit or resume that
+    un-parks one has it planned with its calendars as they are then."""
+    jobs = Job.objects.select_for_update().filter(
+        calendars=calendar, deleted_at__isnull=True, fault_code=""
+    )
+    for job in jobs:
         values = [calendar_value(c.name, c.dates, c.ranges) for c in job.calendars.all()]
-        job.next_run_at = first_slot_after(job, now, values)
+        first = first_slot_after(job, now, values)
+        job.next_run_at = cursor_after_calendar_change(job.next_run_at, first)
         job.completed_at = (job.completed_at or now) if job.next_run_at is None else None
         save_and_index(tenant, job)
         schedule_changed.send(sender=Job, job=job, now=now)

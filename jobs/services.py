@@ -95,17 +95,42 @@ def _calendars_named(names: list[str]) -> list[ExclusionCalendar]:
     return [found[n] for n in names]
 
 
-def _plan_schedule(job: Job, clean, now: datetime, *, creating: bool) -> list | None:
+def cursor_after_calendar_change(
+    current: datetime | None, first_after_now: datetime | None
+) -> datetime | None:
+    """A job's `next_run_at` once its calendars changed (their dates, or which ones it
+    uses). That moves none of its schedule's instants, only which dates are skipped, so the
+    slots not yet planned stay the leader's to plan: those missed while the job was paused,
+    parked or without a leader are still decided by its misfire policy (or recorded
+    `excluded`: planning applies the calendars to late slots too). Only a cursor past the
+    first slot after now comes back to it, for the prepared runs the change removed."""
+    if current is None:
+        return first_after_now
+    if first_after_now is None:
+        return current
+    return min(current, first_after_now)
+
+
+def _plan_schedule(
+    job: Job, clean, now: datetime, *, creating: bool, slots_changed: bool = True
+) -> list | None:
     """Set `next_run_at` (and clear `completed_at`) from the job's schedule as it now is;
-    returns the calendars to attach (None: unchanged). A new schedule with no slot left
-    after now is refused: nothing would ever run."""
+    returns the calendars to attach (None: unchanged). An edit of the slots themselves
+    (`slots_changed`: the expression, zone, DST policies, bounds, jitter) starts again from
+    the first slot after now; a change of calendars only keeps the slots not yet planned
+    (`cursor_after_calendar_change`). A new schedule with no slot left after now is
+    refused: nothing would ever run."""
     rows = _calendars_named(clean.calendars) if clean.calendars else clean.calendars
     values = [calendar_value(c.name, c.dates, c.ranges) for c in rows] if rows is not None else None
-    job.next_run_at = first_slot_after(job, now, values)
-    if job.next_run_at is None and job.schedule_kind != "none":
+    first = first_slot_after(job, now, values)
+    if first is None and job.schedule_kind != "none":
         raise JobValidationError(
             {"schedule": ["has no slot after now (its one instant, or its end, has passed)"]}
         )
+    if slots_changed:
+        job.next_run_at = first
+    else:
+        job.next_run_at = cursor_after_calendar_change(job.next_run_at, first)
     job.completed_at = None
     return rows
 
@@ -248,8 +273,13 @@ def job_update(*, tenant: Tenant, actor: Actor, job_id: int, data: dict, clock: 
             setattr(job, key, value)
         names_before = sorted(job.calendars.values_list("name", flat=True))
         calendars_changed = clean.calendars is not None and clean.calendars != names_before
-        rescheduled = calendars_changed or any(k in SCHEDULE_FIELDS for k in changed)
-        calendars = _plan_schedule(job, clean, now, creating=False) if rescheduled else None
+        slots_changed = any(k in SCHEDULE_FIELDS for k in changed)
+        rescheduled = calendars_changed or slots_changed
+        calendars = (
+            _plan_schedule(job, clean, now, creating=False, slots_changed=slots_changed)
+            if rescheduled
+            else None
+        )
         _clear_fault(job, now)
         upstreams = sorted(
             Dependency.objects.filter(downstream=job).values_list("upstream_id", flat=True)

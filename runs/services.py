@@ -3,6 +3,7 @@ the DLQ), backfill. Each runs in the current tenant schema and writes an audit r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -242,27 +243,78 @@ def job_backfill(
 
 
 def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
-    """After a schedule edit, keep exactly the prepared runs of slots after `now` that the
-    new schedule produces too, and remove the others (`runs/slot_changes.py`); the leader
-    then materialises the new schedule's slots from the recomputed `next_run_at`, and the
-    kept runs block nothing. Runs already due are left alone: they belong to before the
-    edit. Returns how many runs were removed."""
-    prepared = {
+    """After a schedule edit, keep exactly the prepared runs not yet due that the new
+    schedule produces too, and remove the others (`runs/slot_changes.py`); the leader then
+    materialises the new schedule's slots from the recomputed `next_run_at`, and the kept
+    runs block nothing. Runs already due are left alone: they belong to before the edit.
+    A jittered run can be due after its slot has passed: `_follow_passed_slots`. Returns
+    how many runs were removed."""
+    prepared = _not_yet_due(job, now)
+    upcoming = {i: r for i, r in prepared.items() if r.scheduled_for > now}
+    passed = {i: r for i, r in prepared.items() if r.scheduled_for <= now}
+    return _follow_upcoming_slots(job, upcoming, now) + _follow_passed_slots(job, passed, now)
+
+
+def _not_yet_due(job: Job, now: datetime) -> dict[Any, SlotRun]:
+    """The job's schedule runs waiting for their due time (not their slot's: a jitter
+    makes a run due after its slot), locked. Retries are not prepared slots: left out."""
+    return {
         run.id: SlotRun(run.scheduled_for, run.status, run.skip_reason, run.due_at)
         for run in Run.objects.select_for_update().filter(
             job=job,
             trigger=Run.Trigger.SCHEDULE,
-            scheduled_for__gt=now,
+            due_at__gt=now,
             status__in=(states.SCHEDULED, states.SKIPPED),
         )
     }
+
+
+def _follow_upcoming_slots(job: Job, prepared: dict[Any, SlotRun], now: datetime) -> int:
     if not prepared:
         return 0
-    gone = runs_to_remove(
-        prepared, _slot_runs(job, now, max(r.scheduled_for for r in prepared.values()))
-    )
+    until = max(r.scheduled_for for r in prepared.values())
+    gone = runs_to_remove(prepared, _slot_runs(job, now, until))
     Run.objects.filter(id__in=gone).delete()
     return len(gone)
+
+
+def _follow_passed_slots(job: Job, prepared: dict[Any, SlotRun], now: datetime) -> int:
+    """Runs whose slot has passed but not their due time. The job's cursor is past their
+    slots, so the leader will not plan them again: the edit decides them here. A run is
+    kept while the new schedule still fires its slot (at the due time it was prepared
+    with: its slot's instant is over; a paused job's is skipped when due, as before),
+    recorded `skipped` as the leader would record it when the schedule now skips the slot
+    (a calendar, a DST policy), and removed when the schedule no longer has the slot."""
+    if not prepared:
+        return 0
+    fates = _slot_fates(job, prepared.values())
+    gone = [i for i, r in prepared.items() if r.scheduled_for not in fates]
+    for run_id, run in prepared.items():
+        if fates.get(run.scheduled_for):
+            _record_skipped(run_id, run.scheduled_for, fates[run.scheduled_for], now)
+    Run.objects.filter(id__in=gone).delete()
+    return len(gone)
+
+
+def _slot_fates(job: Job, runs: Iterable[SlotRun]) -> dict[datetime, str]:
+    """Slot instant -> skip reason ("" fires) under the job's schedule as it now is, over
+    the runs' slots."""
+    schedule = schedule_of(job, job_calendars(job))
+    if schedule is None:
+        return {}
+    slots = [r.scheduled_for for r in runs]
+    return {
+        slot.at: slot.skip_reason or ""
+        for slot in iter_slots(schedule, min(slots) - timedelta(microseconds=1), max(slots))
+    }
+
+
+def _record_skipped(run_id: Any, slot: datetime, reason: str, now: datetime) -> None:
+    # In place, not removed and re-made: the slot keeps its one row, and the leader, which
+    # may hold the run in memory, admits only waiting runs (as after a cancel).
+    Run.objects.filter(id=run_id, status=states.SCHEDULED).update(
+        status=states.SKIPPED, skip_reason=reason, due_at=slot, finished_at=now
+    )
 
 
 def _slot_runs(job: Job, after: datetime, until: datetime) -> list[SlotRun]:

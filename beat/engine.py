@@ -128,6 +128,9 @@ class Engine:
         self.lag_log: list[float] | None = None  # benchmarks collect every publish lag here
         self.relay_sweep = sweeps.TenantSweep("relay", config.relay_interval_seconds)
         self.takeover_sweep = sweeps.TenantSweep("takeover relay", 0)
+        # Tenants whose every waiting run this engine has read (`sweeps.relay_chunk`): for
+        # those, what it holds in memory is complete, and the relay looks only for strays.
+        self.relayed: set[int] = set()
         self.reconcile_sweep = sweeps.TenantSweep("reconcile", config.relay_interval_seconds)
         self.sync_sweep = sweeps.TenantSweep("sync", config.relay_interval_seconds)
         self.reap_sweep = sweeps.TenantSweep("reap", config.reap_interval_seconds)
@@ -196,23 +199,21 @@ class Engine:
     def relay(self, *, force: bool = False) -> int:
         """Runs waiting in PostgreSQL but not in this leader's memory join the heap.
 
-        At takeover (`force`) that is the whole lookahead window, every tenant at once.
-        Afterwards the runs of the window are in memory, so the periodic sweep only asks for
-        runs already overdue by a second: a cheap indexed query that returns nothing when
-        all is well. Each periodic pass also admits held runs again."""
+        A tenant this engine has not read whole yet (every tenant at takeover, `force`) is
+        read whole, whatever the runs' due time: a jittered run, up to an hour after its
+        slot entered the window, or a reaped retry was held only by the leader that made
+        it, and must be held again before its instant, not judged late once overdue.
+        Afterwards this engine holds what it makes, so the periodic sweep asks the tenants
+        it has read only for runs already overdue by a second: a cheap indexed query that
+        returns nothing when all is well. Each periodic pass also admits held runs again."""
         now = self.clock.now()
         if force:
-            until = now + timedelta(seconds=self.config.lookahead_seconds)
-            sweep = self.takeover_sweep
-        else:
-            until = now - timedelta(seconds=1)
-            sweep = self.relay_sweep
-        if force:  # the takeover pass covers the periodic one
-            self.relay_sweep.last_started = now
+            self.relayed.clear()  # a new leader relies on no memory: every tenant whole
+            self.relay_sweep.last_started = now  # the takeover pass covers the periodic one
         return sweeps.run_sweep(
             self,
-            sweep,
-            lambda chunk: sweeps.relay_chunk(self, chunk, until),
+            self.takeover_sweep if force else self.relay_sweep,
+            lambda chunk: sweeps.relay_chunk(self, chunk, overdue=now - timedelta(seconds=1)),
             force=force,
             on_start=None if force else self.runs.release_all,
         )
@@ -221,9 +222,11 @@ class Engine:
         """Go on with a takeover relay that its budget cut short."""
         if not self.takeover_sweep.running:
             return 0
-        until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
+        overdue = self.clock.now() - timedelta(seconds=1)
         return sweeps.run_sweep(
-            self, self.takeover_sweep, lambda chunk: sweeps.relay_chunk(self, chunk, until)
+            self,
+            self.takeover_sweep,
+            lambda chunk: sweeps.relay_chunk(self, chunk, overdue=overdue),
         )
 
     def reconcile(self) -> int:

@@ -11,8 +11,10 @@ that statement fails, the chunk is done again one tenant at a time, each isolate
 
 - relay: runs waiting in PostgreSQL (`scheduled`/`retrying`) but not in memory (a leader
   died between materialising and publishing, or an index write was lost) join the heap
-  (invariant 2); each periodic pass also admits held `queue`-policy runs again, so none
-  stays held if the wake-up that should release it was lost.
+  (invariant 2): every waiting run of a tenant the leader has not read whole yet (all of
+  them at takeover), whatever its due time, else only overdue ones; each periodic pass
+  also admits held `queue`-policy runs again, so none stays held if the wake-up that
+  should release it was lost.
 - reconcile: schedulable jobs due within the lookahead window that the index misses, or
   holds too late, are put back (a lost index write must never lose a fire).
 - sync: jobs whose post-commit index write did not happen (`index_dirty`) are written.
@@ -29,7 +31,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
@@ -57,6 +59,8 @@ log = logging.getLogger("beat.sweeps")
 # connection by default), and a statement per chunk stays prepared.
 CHUNK_TENANTS = 25
 RELAY_PAGE = 10_000  # waiting runs per statement; a tenant's pages go on until all are read
+# `due_at <= ANY_TIME`: every waiting run, whatever its due time (a tenant read whole).
+ANY_TIME = datetime.max.replace(tzinfo=UTC)
 RECONCILE_LIMIT = 1000  # jobs checked per tenant per pass: the soonest due
 SYNC_BATCH = 2000  # dirty jobs per tenant per pass
 DAG_SETTLE_BATCH = 100  # DAG runs settled per tenant per pass
@@ -183,43 +187,65 @@ def any_waiting_query(schema: str) -> sql.Composable:
     ).format(runs=table(schema, "runs_run"), **STATUS)
 
 
-def relay_chunk(engine: Engine, chunk: Tenants, until: datetime) -> int:
-    """Waiting runs due by `until` that the leader does not hold: first one cheap check
-    for the whole chunk (usually: none anywhere), then the runs of the tenants that have
-    some."""
+def relay_chunk(engine: Engine, chunk: Tenants, *, overdue: datetime) -> int:
+    """Waiting runs that the leader does not hold. A tenant it has not read whole yet
+    (every tenant at takeover, one its back-off kept out until it is read) is read whole,
+    whatever the runs' due time: the leader that prepared a run far ahead (jitter of up to
+    an hour) held it only in its memory, and found once overdue it would be judged late.
+    The others are asked only for runs due by `overdue`."""
+    fresh = [t for t in chunk if t[0] not in engine.relayed]
+    read = [t for t in chunk if t[0] in engine.relayed]
+    added = _relay(engine, read, overdue)
+    for schema, count in _relay(engine, fresh, ANY_TIME).items():
+        added[schema] = added.get(schema, 0) + count
+    # Only once read without an error: a tenant that failed is read whole by a later pass.
+    engine.relayed.update(tenant_id for tenant_id, _schema in fresh)
+    _log_relayed(added)
+    return sum(added.values())
 
+
+def _relay(engine: Engine, chunk: Tenants, until: datetime) -> dict[str, int]:
+    """Waiting runs due by `until` that the leader does not hold join its heap: first one
+    cheap check for the whole chunk (usually: none anywhere), then the runs of the tenants
+    that have some. Returns how many joined, per schema."""
+    added: dict[str, int] = {}
+    if not chunk:
+        return added
     waiting = rows_by_tenant(chunk, any_waiting_query, [until])
     flagged = [(t, s) for t, s in chunk if waiting.get(t, [(False,)])[0][0]]
-    added: dict[str, int] = {}
     now = engine.clock.now()
     for tenant_id, schema in flagged:
         for ref in _waiting_runs(engine, schema, until):
             if ref.run_id not in engine.runs.known:
                 entry = engine.runs.build(tenant_id, schema, ref)
                 # Already past its instant with no leader holding it: the misfire policy
-                # decides it. A run of the window ahead (takeover) is held from now on.
+                # decides it. A run still ahead (takeover) is held from now on, on time.
                 entry.judge_lateness = ref.due_at <= now
                 if engine.runs.remember(entry):
                     added[entry.schema] = added.get(entry.schema, 0) + 1
-    if added:
-        record_relayed(sum(added.values()))
-        log_event(
-            log,
-            "leader.relayed",
-            "relayed %s waiting runs the leader did not hold, of %s tenants (%s)",
-            sum(added.values()),
-            len(added),
-            ", ".join(sorted(added)[:5]) + (", ..." if len(added) > 5 else ""),
-            level=logging.WARNING,
-            count=sum(added.values()),
-            tenants=len(added),
-        )
-    return sum(added.values())
+    return added
+
+
+def _log_relayed(added: dict[str, int]) -> None:
+    if not added:
+        return
+    record_relayed(sum(added.values()))
+    log_event(
+        log,
+        "leader.relayed",
+        "relayed %s waiting runs the leader did not hold, of %s tenants (%s)",
+        sum(added.values()),
+        len(added),
+        ", ".join(sorted(added)[:5]) + (", ..." if len(added) > 5 else ""),
+        level=logging.WARNING,
+        count=sum(added.values()),
+        tenants=len(added),
+    )
 
 
 def _waiting_runs(engine: Engine, schema: str, until: datetime):
     """Every waiting run of the schema due by `until`, page by page: a takeover must hold
-    the whole window, however many runs one tenant has in it."""
+    them all, however many runs one tenant has waiting."""
     after = None
     while True:
         with connection.cursor() as cursor:

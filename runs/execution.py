@@ -425,34 +425,95 @@ def run_execute(
 ) -> str:
     """Execute one delivery of a run message; returns what happened (for logs and tests).
 
-    With an `http_executor` (TICKWORK_HTTP_EXECUTION=async), an HTTP target's call is
-    handed to it once claimed and prepared, and this returns "handed-off": the executor
-    finishes the run with :func:`complete_run` when the call ends. The delivery may be
-    acknowledged then: from the claim on, PostgreSQL holds the run (`running`, this
-    attempt), so a second delivery of the message would claim nothing anyway, and a
-    worker that dies is found by its heartbeats stopping (the reaper), as before."""
-    claimed = claim_or_requeue(
-        schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
-    )
-    if claimed is None:
-        run_not_claimed(schema=schema, run_id=run_id, attempt=attempt)
-        return "duplicate"
-    run_claimed(claimed, clock.now())
-    claimed, refused = _start_dag_run_if_root(claimed, clock)
-    release_connection()
-    started = time.monotonic()
-    if refused is None and http_executor is not None and _is_live_http(claimed):
-        prepared = prepare_http(claimed, clock)
-        if isinstance(prepared, PreparedHttp):
-            http_executor.submit(prepared, started)
-            return "handed-off"
-        refused = prepared
+    With an `http_executor` (TICKWORK_HTTP_EXECUTION=async), an HTTP run first waits for a
+    free slot of the executor, unclaimed, then is claimed, prepared and handed over in that
+    slot, and this returns "handed-off": the executor finishes the run with
+    :func:`complete_run` when the call ends. The delivery may be acknowledged then: from
+    the claim on, PostgreSQL holds the run (`running`, this attempt), so a second delivery
+    of the message would claim nothing anyway, and a worker that dies is found by its
+    heartbeats stopping (the reaper), as before."""
+    holder = _reserve_http_slot(http_executor, schema, run_id)
+    try:
+        claimed = claim_or_requeue(
+            schema=schema, run_id=run_id, attempt=attempt, worker=worker, now=clock.now()
+        )
+        if claimed is None:
+            run_not_claimed(schema=schema, run_id=run_id, attempt=attempt)
+            return "duplicate"
+        run_claimed(claimed, clock.now())
+        claimed, refused = _start_dag_run_if_root(claimed, clock)
+        release_connection()
+        started = time.monotonic()
+        if holder is not None and refused is None and _is_live_http(claimed):
+            prepared = prepare_http(claimed, clock)
+            if isinstance(prepared, PreparedHttp):
+                holder.submit(prepared, started)
+                holder = None  # the slot is the call's now: freed once its outcome is recorded
+                return "handed-off"
+            refused = prepared
+    finally:
+        if holder is not None:
+            holder.release()
+    # Any other run executes here, in the pool slot (so does an HTTP run whose job became
+    # an HTTP target between the look before the wait and the claim: it has no slot).
     outcome = refused if refused is not None else _execute(claimed, heartbeats, clock)
     return complete_run(claimed, outcome, clock, started)
 
 
 class HttpExecutorLike(Protocol):
+    def reserve(self) -> None: ...
+
+    def try_reserve(self) -> bool: ...
+
+    def release(self) -> None: ...
+
     def submit(self, prepared: PreparedHttp, started: float) -> None: ...
+
+
+def _reserve_http_slot(
+    executor: HttpExecutorLike | None, schema: str, run_id: str
+) -> HttpExecutorLike | None:
+    """Take a slot of the executor BEFORE the claim; returns the executor if one was taken.
+
+    A claimed run that waited for a slot would have no heartbeat (the reaper would retry it
+    elsewhere while this worker then sent it too; a cancel would go unnoticed), and a time
+    limit in the wait would leave it `running`, never sent, until the reaper. Unclaimed, an
+    interrupted wait loses nothing: runs.tasks puts the delivery back. Only an HTTP run
+    waits: when the executor is full, its job is looked at first, and any other run (a
+    Python task, a deleted job's) goes on without a slot, as it needs none."""
+    if executor is None:
+        return None
+    if executor.try_reserve():
+        return executor
+    if not _is_http_run(schema, run_id):
+        return None
+    release_connection()  # a pooled connection is not held through the wait
+    executor.reserve()
+    return executor
+
+
+_HTTP_RUN_SQL = """
+SELECT j.target_type = 'http' AND j.deleted_at IS NULL
+FROM {runs} r JOIN {jobs} j ON j.id = r.job_id WHERE r.id = %s
+"""
+
+
+@per_schema
+def _http_run_sql(schema: str) -> sql.Composable:
+    return sql.SQL(_HTTP_RUN_SQL).format(
+        runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job")
+    )
+
+
+def _is_http_run(schema: str, run_id: str) -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_http_run_sql(schema), [run_id])
+            row = cursor.fetchone()
+    except CONNECTION_ERRORS as exc:
+        _reconnect()
+        raise DatabaseUnavailable(str(exc)) from exc
+    return bool(row and row[0])
 
 
 def _is_live_http(claimed: Claimed) -> bool:

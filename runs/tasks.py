@@ -7,7 +7,7 @@ import socket
 import time
 
 from celery import shared_task
-from celery.exceptions import Reject
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.conf import settings
 from django.db import connection
@@ -75,6 +75,12 @@ def execute_run(schema: str, run_id: str, attempt: int) -> str:
         # database outage is not a hot loop) rather than waiting for the reaper.
         time.sleep(REQUEUE_PAUSE_SECONDS)
         raise Reject("database unavailable: delivery requeued", requeue=True) from None
+    except SoftTimeLimitExceeded:
+        # Out of time while waiting, unclaimed, for a slot of the full HTTP executor: the
+        # delivery goes back to the broker rather than being acknowledged for a run nobody
+        # executes. Past a claim, the copy would claim nothing (the claim names the
+        # attempt), so requeuing can never execute a run twice.
+        raise Reject("time limit before the claim: delivery requeued", requeue=True) from None
     finally:
         # A reused connection must never carry a tenant's search_path into the next task.
         if connection.schema_name != "public":

@@ -54,7 +54,7 @@ from .store import FencingError
 log = logging.getLogger("beat.loop")
 
 FLEET_ERROR_LOG_SECONDS = 5.0  # one warning per this while the fleet's keys cannot be read
-UNABLE_SECONDS = 5.0  # after a failed take, how long a process does not count itself live
+UNABLE_SECONDS = 5.0  # after a failed take, at least this long not counted live (see _unable)
 STEP_DOWN_ERRORS = (LeaseLost, FencingError, *REDIS_ERRORS, OperationalError, InterfaceError)
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 
@@ -238,7 +238,8 @@ class SchedulerProcess:
         # process may still be counted as live for a moment, and its partitions must not
         # wait for that.
         self.orphan_seconds = 3 * self.fleet_poll
-        self.unable_until = 0.0  # time.monotonic(): not counted as live before (a take failed)
+        # time.monotonic(): not counted as live before (a take failed, or a back-off)
+        self.unable_until = 0.0
         self.live_window = max(self.lease_seconds / 2, 10 * self.fleet_poll)
         self._free_since: dict[int, float] = {}
         self._fleet_error_logged_at = float("-inf")
@@ -392,11 +393,15 @@ class SchedulerProcess:
                 leader.lease.renew_if_due()
         self._drop_lost()
 
-    def _unable(self) -> None:
-        """A take failed for a reason of this process (PostgreSQL unreachable, a bug): it
-        stops counting itself as live for a while, or the others would keep giving
-        partitions up for it to take (and fail to)."""
-        self.unable_until = time.monotonic() + UNABLE_SECONDS
+    def _unable(self, seconds: float = UNABLE_SECONDS) -> None:
+        """This process cannot lead a partition for `seconds` (a take failed for a reason of
+        its own, PostgreSQL unreachable or a bug; or it backs off after an error in that
+        partition's work): it stops counting itself as live until then, or it would look
+        the least loaded and the others would keep giving partitions up for it to take (and
+        fail to). Never shortened: a short wait must not end a longer back-off. The
+        partitions it holds stay its own (the others see them held, and take only free
+        ones), it still takes orphans, and the others' shares grow meanwhile."""
+        self.unable_until = max(self.unable_until, time.monotonic() + seconds)
 
     def _read_fleet(self) -> tuple[dict[int, str | None], list[str]] | None:
         """Who holds each partition (None: nobody), and the processes seen looking within
@@ -502,6 +507,9 @@ class SchedulerProcess:
             wait(leader.error_backoff)
         else:
             leader.blocked_until = time.monotonic() + leader.error_backoff
+            # Counted live, it would look the least loaded and be handed partitions it
+            # cannot take (this one blocked, maybe all of them: a host without its broker).
+            self._unable(leader.error_backoff)
 
     def wait(self, seconds: float) -> None:
         """Sleep until `seconds` pass or something wakes one of the partitions held."""
@@ -579,7 +587,7 @@ class SchedulerProcess:
 
     # --- the process -----------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        check_clock_skew(self.clock)
+        self._check_clock_skew()
         log_event(
             log,
             "scheduler.started",
@@ -603,6 +611,22 @@ class SchedulerProcess:
                     leader.partition,
                     partition=leader.partition,
                 )
+
+    def _check_clock_skew(self) -> None:
+        """Only advice: PostgreSQL away at start-up must not end the process, whose loop
+        waits for it as for any outage."""
+        try:
+            check_clock_skew(self.clock)
+        except Exception as exc:
+            reason = f"{exc.__class__.__name__}: {' '.join(str(exc).split())}"  # one line
+            log_event(
+                log,
+                "scheduler.clock_unchecked",
+                "could not compare this host's clock with PostgreSQL's (%s); going on",
+                reason,
+                level=logging.WARNING,
+                error=reason,
+            )
 
     def run_once(self, stop: threading.Event) -> None:
         """One turn of the process loop: lead (or try to), and survive whatever happens."""

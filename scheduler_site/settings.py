@@ -293,7 +293,9 @@ METRICS_STATEMENT_TIMEOUT_SECONDS = env_float("METRICS_STATEMENT_TIMEOUT_SECONDS
 # --- the scheduler ------------------------------------------------------------------------
 SCHEDULER_MIN_INTERVAL_SECONDS = env_int("SCHEDULER_MIN_INTERVAL_SECONDS", 60, minimum=1)
 SCHEDULER_LOOKAHEAD_SECONDS = env_float("SCHEDULER_LOOKAHEAD_SECONDS", 30.0, minimum=1.0)
-SCHEDULER_LEASE_SECONDS = env_float("SCHEDULER_LEASE_SECONDS", 2.0, minimum=0.5)
+# Whole seconds: the Redis lock expires in whole seconds (python-redis-lock), and the
+# database bounds derived from this value must agree with it.
+SCHEDULER_LEASE_SECONDS = env_int("SCHEDULER_LEASE_SECONDS", 2, minimum=1)
 if REDIS_SOCKET_TIMEOUT_SECONDS <= SCHEDULER_LEASE_SECONDS / 4 + 0.5:
     raise ImproperlyConfigured(
         f"REDIS_SOCKET_TIMEOUT_SECONDS={REDIS_SOCKET_TIMEOUT_SECONDS:g} must exceed a quarter"

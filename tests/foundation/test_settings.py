@@ -123,6 +123,17 @@ def test_a_template_schema_name_a_tenant_could_have_is_refused_at_start_up():
     assert _django_setup({"DEBUG": "1", "TENANT_TEMPLATE_SCHEMA": ""}).returncode == 0
 
 
+def test_a_lease_of_a_fraction_of_a_second_is_refused_not_truncated():
+    """The Redis lock expires in whole seconds: 1.5 made a 1 s lock beside database bounds
+    computed from 1.5 s."""
+    refused = _django_setup({"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "1.5"})
+    assert refused.returncode != 0
+    assert "SCHEDULER_LEASE_SECONDS='1.5': expected a whole number" in refused.stderr
+    assert _django_setup({"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "0"}).returncode != 0
+    accepted = _django_setup({"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "3"})
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_a_redis_socket_timeout_shorter_than_the_schedulers_blocking_read_is_refused():
     lease = {"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "4"}
     refused = _django_setup({**lease, "REDIS_SOCKET_TIMEOUT_SECONDS": "1"})

@@ -599,6 +599,10 @@ class SchedulerProcess:
         )
         while not stop.is_set():
             self.run_once(stop)
+        # Out of the live count first: seen for one more second, this process would look
+        # the least loaded, and the others would give up the partitions they take from it.
+        with contextlib.suppress(*REDIS_ERRORS):
+            self.client.zrem(schedulers_seen_key(), self.holder)
         for leader in self.partitions:
             if leader.alerting is not None:
                 leader.alerting.stop(wait_seconds=5.0)

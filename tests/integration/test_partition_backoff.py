@@ -155,3 +155,19 @@ def test_runscheduler_starts_when_postgresql_is_unreachable(live, redis_client, 
 
 def _events(caplog, name: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+
+def test_a_process_stopping_leaves_the_live_count_before_it_releases(four_partitions, redis_client):
+    """A stopped runscheduler releases its leases; still counted live for a second, it
+    looked the least loaded, and the survivors gave up the partitions they took from it."""
+    from core.keys import schedulers_seen_key
+
+    leaving, staying = _process(redis_client, "leaving:1"), _process(redis_client, "staying:2")
+    _settle([leaving, staying])
+    assert _held(leaving) and _held(staying)
+    stop = threading.Event()
+    stop.set()  # one turn, then the shutdown path
+    leaving.run(stop)
+    assert redis_client.zscore(schedulers_seen_key(), "leaving:1") is None
+    _holders, live = staying._read_fleet()
+    assert live == ["staying:2"]

@@ -32,10 +32,7 @@ if TYPE_CHECKING:
 Read = tuple[tuple[int, str], list[Pending]]  # (tenant id, schema), its runs to read
 Found = list[dict[int, store.PublishableJob] | None]  # per read; None: not read, or failed
 
-# Reads in flight while one is being used (turned into messages, its pushes awaited): the
-# server works through them meanwhile. Each holds up to `fire_chunk` runs' rows and a
-# savepoint; one ahead measured no better than none, two ahead better (docs/benchmarks.md).
-READS_AHEAD = 2
+READS_AHEAD = 2  # reads sent and not yet used, at most, the one being used included
 _SAVEPOINT = "tw_publish_read"
 
 
@@ -68,7 +65,7 @@ def read_ahead(
         try:
             with connection.connection.pipeline():
                 while position < len(batches):
-                    while following < len(batches) and len(sent) <= READS_AHEAD:
+                    while following < len(batches) and len(sent) < READS_AHEAD:
                         batch = [r for r in batches[following] if not skip(r[0][0])]
                         # In the queue before it is sent: an earlier read's error may
                         # surface while this one is sent, and the first one left in the

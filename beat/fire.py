@@ -39,7 +39,6 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -55,7 +54,6 @@ from .lease import LeaseLost
 from .metrics import record_fire
 from .pending import DUE_ORDER, Pending
 from .planning import DueSlotRun, MisfireRules, misfire_at_admission
-from .publish_reads import read_ahead, read_batches
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -221,21 +219,22 @@ def _publish_group(
         try:
             store.fence(cursor, engine.epoch, "fire", engine.partition)
             store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
-            batches = read_batches(reads, size)
-            with closing(read_ahead(engine, cursor, batches, failed.__contains__)) as read:
-                for together, found in read:
-                    engine.checkpoint()
-                    for ((tenant_id, _schema), part), jobs in zip(together, found, strict=True):
-                        if jobs is None:
-                            failed.add(tenant_id)
-                            continue
-                        batch.extend(
-                            engine.runs.rebuilt(part[n], job.priority, job.timeout_seconds)
-                            for n, job in sorted(jobs.items())  # in the order they were due
-                            if _publishable(part[n], job, now)
-                        )
-                        if len(batch) >= PUSH_BATCH:
-                            send()
+            for together in _read_batches(reads, size):
+                together = [(k, p) for k, p in together if k[0] not in failed]
+                engine.checkpoint()
+                for ((tenant_id, _schema), part), jobs in zip(
+                    together, _read_publishable(engine, cursor, together), strict=True
+                ):
+                    if jobs is None:
+                        failed.add(tenant_id)
+                        continue
+                    batch.extend(
+                        engine.runs.rebuilt(part[n], job.priority, job.timeout_seconds)
+                        for n, job in sorted(jobs.items())  # in the order they were due
+                        if _publishable(part[n], job, now)
+                    )
+                    if len(batch) >= PUSH_BATCH:
+                        send()
             send()
             _await(engine, [f for _, f in pushes], keep=0)
         finally:  # no push outlives the fence: the ones not started are cancelled
@@ -243,6 +242,60 @@ def _publish_group(
                 push.cancel()
             wait([push for _, push in pushes])
     early.pushes.extend((sent, push.result()) for sent, push in pushes)
+
+
+Read = tuple[tuple[int, str], list[Pending]]  # (tenant id, schema), its runs to read
+
+
+def _read_batches(reads: list[Read], size: int) -> list[list[Read]]:
+    """Consecutive reads of at most `size` runs in all: small tenants' reads go in one
+    statement."""
+    out: list[list[Read]] = []
+    runs = 0
+    for read in reads:
+        if out and runs + len(read[1]) <= size:
+            out[-1].append(read)
+            runs += len(read[1])
+        else:
+            out.append([read])
+            runs = len(read[1])
+    return out
+
+
+def _read_publishable(
+    engine: Engine, cursor, reads: list[Read]
+) -> list[dict[int, store.PublishableJob] | None]:
+    """`store.publishable_runs` of each read (None: that tenant failed, or backs off):
+    several schemas in one statement, in a savepoint (a failing statement must not end
+    the fence's transaction); if that fails, each tenant's read again on its own,
+    isolated, so that a broken tenant costs only itself. A success ends no back-off: the
+    read says nothing of the write after it (the chunk records it)."""
+    allowed = [r for r in reads if engine.faults.allowed(r[0][0])]
+    if len(allowed) > 1:
+        try:
+            with transaction.atomic():
+                found = store.publishable_runs_of_schemas(
+                    cursor, [(schema, [e.run_id for e in part]) for (_t, schema), part in allowed]
+                )
+        except Exception as exc:
+            if must_step_down(exc):
+                raise
+        else:
+            by_key = {id(r): jobs for r, jobs in zip(allowed, found, strict=True)}
+            return [by_key.get(id(r)) for r in reads]
+    out: list[dict[int, store.PublishableJob] | None] = []
+    for n, ((tenant_id, schema), part) in enumerate(reads):
+        if n:
+            engine.checkpoint()  # each read may wait out the lock timeout
+        ran, jobs = isolated(
+            engine.faults,
+            tenant_id,
+            schema,
+            lambda s=schema, p=part: store.publishable_runs(cursor, s, [x.run_id for x in p]),
+            record_success=False,
+        )
+        out.append(jobs if ran else None)
+    return out
 
 
 class PushStalled(LeaseLost):

@@ -556,27 +556,10 @@ def publishable_runs_of_schemas(
     """`publishable_runs` of several schemas in ONE statement, in the order of `wanted`:
     with thousands of tenants of a run or two each, a round trip per tenant (and a
     savepoint around each) was most of the fire."""
-    cursor.execute(*publishable_read(wanted))
-    return publishable_found(cursor.fetchall(), wanted)
-
-
-def publishable_read(wanted: list[tuple[str, list]]) -> tuple[sql.Composable, list[str]]:
-    """The statement and parameters of `publishable_runs` (one schema) or
-    `publishable_runs_of_schemas` (several), for a caller that sends it now and reads its
-    rows later (`beat/publish_reads.py`)."""
-    if len(wanted) == 1:
-        schema, ids = wanted[0]
-        return _publishable_sql(schema), [uuid_array(ids)]
     query = tagged_union((n, _publishable_sql(schema)) for n, (schema, _ids) in enumerate(wanted))
-    return query, [uuid_array(ids) for _schema, ids in wanted]
-
-
-def publishable_found(rows: list[tuple], wanted: list) -> list[dict[int, PublishableJob]]:
-    """The rows of `publishable_read(wanted)`, as each schema's `publishable_runs` result."""
-    if len(wanted) == 1:
-        return [{row[0] - 1: PublishableJob(*row[1:]) for row in rows}]
+    cursor.execute(query, [uuid_array(ids) for _schema, ids in wanted])
     found: list[dict[int, PublishableJob]] = [{} for _ in wanted]
-    for n, position, *job in rows:
+    for n, position, *job in cursor.fetchall():
         found[n][position - 1] = PublishableJob(*job)
     return found
 

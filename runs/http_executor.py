@@ -58,13 +58,13 @@ Key = tuple[str, str, int]
 class _Call:
     """One call handed over; touched on the loop thread only (after `submit`)."""
 
-    __slots__ = ("cancelled", "key", "prepared", "started", "task")
+    __slots__ = ("key", "prepared", "started", "stopped", "task")
 
     def __init__(self, key: Key, prepared: PreparedHttp, started: float) -> None:
         self.key = key
         self.prepared = prepared
         self.started = started
-        self.cancelled = False  # a heartbeat found the attempt stopped
+        self.stopped = False  # a heartbeat found the attempt stopped
         self.task: asyncio.Task | None = None
 
 
@@ -191,7 +191,7 @@ class HttpExecutor:
             self._owner_pid = os.getpid()
 
     def _start(self, call: _Call) -> None:
-        if call.cancelled:  # stopped before its task existed: nothing is sent
+        if call.stopped:  # stopped before its task existed: nothing is sent
             self._finish_later(call, Outcome(False, CANCELLED))
             return
         call.task = self._loop.create_task(self._send(call.prepared))
@@ -204,7 +204,7 @@ class HttpExecutor:
         self._loop.call_soon_threadsafe(self._cancel, call)
 
     def _cancel(self, call: _Call) -> None:
-        call.cancelled = True  # seen by `_start` if the call has not started yet
+        call.stopped = True  # seen by `_start` if the call has not started yet
         if call.task is not None:
             call.task.cancel()
 

@@ -40,7 +40,7 @@ from core.keys import (
     wake_key,
 )
 from core.logs import log_event
-from core.redis import REDIS_ERRORS
+from core.redis import REDIS_ERRORS, pipeline_eval
 
 from .alerting import Alerting
 from .amqp_writes import leader_writes
@@ -57,6 +57,24 @@ FLEET_ERROR_LOG_SECONDS = 5.0  # one warning per this while the fleet's keys can
 UNABLE_SECONDS = 5.0  # after a failed take, at least this long not counted live (see _unable)
 STEP_DOWN_ERRORS = (LeaseLost, FencingError, *REDIS_ERRORS, OperationalError, InterfaceError)
 MAX_ERROR_BACKOFF_SECONDS = 30.0
+SEEN_KEPT_SECONDS = 60  # entries of processes gone this long are removed
+
+# Who is live, on Redis's clock, not each host's: with each host's own, a process whose
+# clock ran S seconds fast stayed live S seconds after its death (its partitions then went
+# back and forth between the survivors), and one more than a window slow never counted.
+# ARGV: holder, "add" (it looks) or "remove" (it does not count itself), the live window
+# and how long entries are kept, in seconds. Returns the live processes.
+SEEN_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if ARGV[2] == 'add' then
+  redis.call('ZADD', KEYS[1], now, ARGV[1])
+else
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[4]))
+return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[3]), '+inf')
+"""
 
 
 class PartitionLeader:
@@ -232,7 +250,7 @@ class SchedulerProcess:
         self.max_sleep = lease.expire_seconds / 4
         self.standby_poll = min(0.2, self.max_sleep)
         # With partitions, how often a process looks at who holds what, leading or not (a
-        # pipeline of 2P + 4 commands): a dead process's partitions go within this of expiring.
+        # pipeline of 2P + 2 commands): a dead process's partitions go within this of expiring.
         self.fleet_poll = min(0.1, self.standby_poll)
         # A partition seen free this long is taken by any process, over its share: a dead
         # process may still be counted as live for a moment, and its partitions must not
@@ -407,7 +425,6 @@ class SchedulerProcess:
         """Who holds each partition (None: nobody), and the processes seen looking within
         `live_window`; None when another live process runs with a different partition
         count (this one then leads nothing new, and says so)."""
-        wall = time.time()
         pipe = self.client.pipeline(transaction=False)
         for partition in range(self.partition_count):
             pipe.exists("lock:" + leader_lock_name(partition))
@@ -416,14 +433,16 @@ class SchedulerProcess:
         # process has left the count before its leases expire and the survivors' shares
         # grow; a process whose turn runs longer only looks dead for a moment, which costs
         # nothing while every partition is led.
-        if time.monotonic() >= self.unable_until:
-            pipe.zadd(schedulers_seen_key(), {self.holder: wall})
-        else:
-            pipe.zrem(schedulers_seen_key(), self.holder)
-        pipe.zremrangebyscore(schedulers_seen_key(), "-inf", wall - 60)
-        pipe.zrangebyscore(schedulers_seen_key(), wall - self.live_window, "+inf")
+        looking = "add" if time.monotonic() >= self.unable_until else "remove"
+        pipeline_eval(
+            self.client,
+            pipe,
+            SEEN_SCRIPT,
+            [schedulers_seen_key()],
+            [self.holder, looking, self.live_window, SEEN_KEPT_SECONDS],
+        )
         pipe.hgetall(schedulers_partitions_key())
-        *pairs, _, _, members, counts = pipe.execute()
+        *pairs, members, counts = pipe.execute()
         holders: dict[int, str | None] = {}
         for partition in range(self.partition_count):
             locked, info = pairs[2 * partition], pairs[2 * partition + 1]

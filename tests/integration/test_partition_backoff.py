@@ -171,3 +171,25 @@ def test_a_process_stopping_leaves_the_live_count_before_it_releases(four_partit
     assert redis_client.zscore(schedulers_seen_key(), "leaving:1") is None
     _holders, live = staying._read_fleet()
     assert live == ["staying:2"]
+
+
+def test_liveness_is_judged_on_redis_clock_not_a_hosts(four_partitions, redis_client, monkeypatch):
+    """A host whose clock runs 30 s fast: its entry is stamped with Redis's time, so it
+    leaves the live count within the window of its last look, not 30 s later (its
+    partitions would go back and forth between the survivors meanwhile), and a host 30 s
+    slow is not dropped from the count at once."""
+    from beat import loop
+    from core.keys import schedulers_seen_key
+
+    fast, slow = _process(redis_client, "fast:1"), _process(redis_client, "slow:2")
+    real = time.time
+    monkeypatch.setattr(loop.time, "time", lambda: real() + 30)
+    fast._read_fleet()
+    monkeypatch.setattr(loop.time, "time", lambda: real() - 30)
+    _holders, live = slow._read_fleet()
+    monkeypatch.undo()
+    seconds, micros = redis_client.time()
+    server = seconds + micros / 1e6
+    for name in ("fast:1", "slow:2"):
+        assert abs(redis_client.zscore(schedulers_seen_key(), name) - server) < 1.0
+    assert sorted(live) == ["fast:1", "slow:2"]

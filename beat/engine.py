@@ -200,9 +200,10 @@ class Engine:
         """Runs waiting in PostgreSQL but not in this leader's memory join the heap.
 
         A tenant this engine has not read whole yet (every tenant at takeover, `force`) is
-        read whole, whatever the runs' due time: a jittered run, up to an hour after its
-        slot entered the window, or a reaped retry was held only by the leader that made
-        it, and must be held again before its instant, not judged late once overdue.
+        read for every run due within the window plus the largest jitter: a jittered run,
+        due up to an hour after its slot entered the window, was held only by the leader
+        that made it, and must be held again before its instant, not judged late once
+        overdue (retries due later, reaped ones included, wait in the runs index).
         Afterwards this engine holds what it makes, so the periodic sweep asks the tenants
         it has read only for runs already overdue by a second: a cheap indexed query that
         returns nothing when all is well. Each periodic pass also admits held runs again."""

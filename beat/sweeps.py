@@ -11,8 +11,9 @@ that statement fails, the chunk is done again one tenant at a time, each isolate
 
 - relay: runs waiting in PostgreSQL (`scheduled`/`retrying`) but not in memory (a leader
   died between materialising and publishing, or an index write was lost) join the heap
-  (invariant 2): every waiting run of a tenant the leader has not read whole yet (all of
-  them at takeover), whatever its due time, else only overdue ones; each periodic pass
+  (invariant 2): every waiting run due within the window plus the largest jitter (an
+  hour) of a tenant the leader has not read whole yet (all of them at takeover), else
+  only overdue ones; each periodic pass
   also admits held `queue`-policy runs again, so none stays held if the wake-up that
   should release it was lost.
 - reconcile: schedulable jobs due within the lookahead window that the index misses, or
@@ -31,7 +32,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
@@ -41,6 +42,7 @@ from core import index
 from core.logs import log_event
 from core.sql import per_schema, table, tagged_union
 from jobs.indexing import mark_indexed
+from jobs.validation import MAX_JITTER_SECONDS
 from runs.dags import dag_settle, to_settle_query
 from runs.status_sql import STATUS
 from tenants.services import slug_for_schema
@@ -59,8 +61,6 @@ log = logging.getLogger("beat.sweeps")
 # connection by default), and a statement per chunk stays prepared.
 CHUNK_TENANTS = 25
 RELAY_PAGE = 10_000  # waiting runs per statement; a tenant's pages go on until all are read
-# `due_at <= ANY_TIME`: every waiting run, whatever its due time (a tenant read whole).
-ANY_TIME = datetime.max.replace(tzinfo=UTC)
 RECONCILE_LIMIT = 1000  # jobs checked per tenant per pass: the soonest due
 SYNC_BATCH = 2000  # dirty jobs per tenant per pass
 DAG_SETTLE_BATCH = 100  # DAG runs settled per tenant per pass
@@ -189,14 +189,20 @@ def any_waiting_query(schema: str) -> sql.Composable:
 
 def relay_chunk(engine: Engine, chunk: Tenants, *, overdue: datetime) -> int:
     """Waiting runs that the leader does not hold. A tenant it has not read whole yet
-    (every tenant at takeover, one its back-off kept out until it is read) is read whole,
-    whatever the runs' due time: the leader that prepared a run far ahead (jitter of up to
-    an hour) held it only in its memory, and found once overdue it would be judged late.
-    The others are asked only for runs due by `overdue`."""
+    (every tenant at takeover, one its back-off kept out until it is read) is read for
+    every run due within the window plus the largest jitter: the leader that prepared a
+    run far ahead (jitter of up to an hour) held it only in its memory, and found once
+    overdue it would be judged late. Retries due later wait in the runs index. The others
+    are asked only for runs due by `overdue`."""
     fresh = [t for t in chunk if t[0] not in engine.relayed]
     read = [t for t in chunk if t[0] in engine.relayed]
     added = _relay(engine, read, overdue)
-    for schema, count in _relay(engine, fresh, ANY_TIME).items():
+    # A run prepared ahead is due at most the window plus the largest jitter from now;
+    # retries due later are in the runs index, which the leader loads as they come due.
+    ahead = engine.clock.now() + timedelta(
+        seconds=engine.config.lookahead_seconds + MAX_JITTER_SECONDS
+    )
+    for schema, count in _relay(engine, fresh, ahead).items():
         added[schema] = added.get(schema, 0) + count
     # Only once read without an error: a tenant that failed is read whole by a later pass.
     engine.relayed.update(tenant_id for tenant_id, _schema in fresh)
@@ -364,6 +370,12 @@ def reap_tenant(engine: Engine, tenant_id: int, schema: str) -> int:
     # PostgreSQL, and admission moves nothing that is not waiting.
     for ref in reaped.retrying:
         engine.runs.remember(engine.runs.build(tenant_id, schema, ref))
+    if reaped.retrying:
+        # In the runs index too, as a worker's retry is: a leader taking over loads it as
+        # it comes due, however long its back-off (the takeover relay reads the next hour).
+        pipe = engine.client.pipeline(transaction=False)
+        index.put_runs(pipe, [(tenant_id, ref.run_id, ref.due_at) for ref in reaped.retrying])
+        pipe.execute()
     for job_id in reaped.jobs:
         engine.runs.release(tenant_id, job_id)  # a `queue` job's held runs may go now
     count = len(reaped.retrying) + reaped.dead + len(stale)

@@ -182,11 +182,15 @@ def validate_payload(errors: Errors, payload: Any, field: str = "payload") -> di
     return payload
 
 
+# A slot's run is due at most this long after the slot: what the edits and the relay that
+# look for runs prepared but not yet due may bound their reads by.
+MAX_JITTER_SECONDS = 3600
+
 SIMPLE_FIELDS = {
     "timeout_seconds": ("int", 1, 86400),
     "max_concurrent_runs": ("int", 1, 1000),
     "misfire_grace_seconds": ("int", 0, 7 * 86400),
-    "jitter_seconds": ("int", 0, 3600),
+    "jitter_seconds": ("int", 0, MAX_JITTER_SECONDS),
     "priority": ("choice", PRIORITIES),
     "concurrency_policy": ("choice", CONCURRENCY),
     "misfire_policy": ("choice", MISFIRE),

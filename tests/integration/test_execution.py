@@ -297,6 +297,13 @@ def test_reaper_retries_a_run_whose_worker_vanished(live, redis_client):
     assert _attempts(alpha, run.id) == [(1, "lost")]
     reaped = _run(alpha, run.id)
     assert (reaped.status, reaped.attempt) == (states.RETRYING, 2)
+    # In the runs index as well, as a worker's retry: a leader taking over before it is
+    # due finds it there, however long its back-off.
+    from core.keys import runs_index_key
+
+    assert redis_client.zscore(runs_index_key(), index.member(alpha.id, run.id)) == (
+        reaped.due_at.timestamp()
+    )
     assert engine.fire().published == 1
     assert _execute(alpha, run.id, 2, clock) == states.SUCCEEDED
 

@@ -16,7 +16,7 @@ from jobs.models import AuditEvent, Job
 from jobs.schedule_fields import job_calendars, schedule_of
 from jobs.schedules import iter_slots, jitter_seconds_for
 from jobs.services import Actor, JobNotFound
-from jobs.validation import Errors, JobValidationError, validate_payload
+from jobs.validation import MAX_JITTER_SECONDS, Errors, JobValidationError, validate_payload
 from tenants.models import Tenant
 
 from . import states
@@ -257,12 +257,15 @@ def runs_follow_schedule_change(*, job: Job, now: datetime) -> int:
 
 def _not_yet_due(job: Job, now: datetime) -> dict[Any, SlotRun]:
     """The job's schedule runs waiting for their due time (not their slot's: a jitter
-    makes a run due after its slot), locked. Retries are not prepared slots: left out."""
+    makes a run due after its slot), locked. Retries are not prepared slots: left out.
+    Slots older than the largest jitter are not looked at: the bound keeps the read on
+    the `(job_id, scheduled_for)` index, not the job's whole kept history."""
     return {
         run.id: SlotRun(run.scheduled_for, run.status, run.skip_reason, run.due_at)
         for run in Run.objects.select_for_update().filter(
             job=job,
             trigger=Run.Trigger.SCHEDULE,
+            scheduled_for__gt=now - timedelta(seconds=MAX_JITTER_SECONDS),
             due_at__gt=now,
             status__in=(states.SCHEDULED, states.SKIPPED),
         )

@@ -593,7 +593,7 @@ def _admit_the_rest(
         {j.id: JobLimits(j.policy, j.max_concurrent, j.active) for j in jobs.values()},
     )
     replaced = store.cancel_active_runs_of_jobs(
-        cursor, schema, decision.replace_jobs, "replaced by a newer run", now, list(by_id)
+        cursor, schema, decision.replace_jobs, "replaced by a newer run", now, decision.queue
     )
     result.cancelled += len(replaced)
     result.ended += [(run_id, attempt) for _, run_id, attempt in replaced]

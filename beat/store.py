@@ -689,8 +689,9 @@ def cancel_active_runs_of_jobs(
     cursor, schema: str, job_ids: list[int], error: str, now: datetime, admitting: list
 ) -> list[tuple[int, Any, int]]:
     """`replace` policy: the jobs' queued and running runs are cancelled, except the runs
-    being admitted (`admitting`): one a worker took meanwhile from an earlier message is
-    active, and must not be cancelled as replaced by itself. Returns the (job id, run id,
+    this decision queues (`admitting`): one a worker took meanwhile from an earlier message
+    is active, and must not be cancelled as replaced by itself (an older one it holds is
+    replaced as any other). Returns the (job id, run id,
     attempt) of each (their tenant's quota slots are free)."""
     if not job_ids:
         return []

@@ -63,8 +63,10 @@ SEEN_KEPT_SECONDS = 60  # entries of processes gone this long are removed
 # clock ran S seconds fast stayed live S seconds after its death (its partitions then went
 # back and forth between the survivors), and one more than a window slow never counted.
 # ARGV: holder, "add" (it looks) or "remove" (it does not count itself), the live window
-# and how long entries are kept, in seconds. Returns the live processes.
+# and how long entries are kept, in seconds. Returns the live processes. (A write after
+# TIME needs effects replication: the default from Redis 5, asked for before it.)
 SEEN_SCRIPT = """
+redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if ARGV[2] == 'add' then

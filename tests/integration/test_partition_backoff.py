@@ -165,9 +165,19 @@ def test_a_process_stopping_leaves_the_live_count_before_it_releases(four_partit
     leaving, staying = _process(redis_client, "leaving:1"), _process(redis_client, "staying:2")
     _settle([leaving, staying])
     assert _held(leaving) and _held(staying)
+    seen_at_release: list = []
+    for leader in leaving.held():
+        release = leader.release
+
+        def watched(release=release) -> None:
+            seen_at_release.append(redis_client.zscore(schedulers_seen_key(), "leaving:1"))
+            release()
+
+        leader.release = watched
     stop = threading.Event()
-    stop.set()  # one turn, then the shutdown path
+    stop.set()  # no turn: the shutdown path
     leaving.run(stop)
+    assert seen_at_release and seen_at_release == [None] * len(seen_at_release)
     assert redis_client.zscore(schedulers_seen_key(), "leaving:1") is None
     _holders, live = staying._read_fleet()
     assert live == ["staying:2"]

@@ -14,6 +14,7 @@ from django_tenants.utils import schema_context
 from beat.engine import Engine, EngineConfig
 from beat.fenced import FencedRedis
 from beat.lease import Lease
+from beat.loop import SchedulerProcess
 from core.clock import FakeClock
 from core.keys import leader_lock_name
 from jobs.services import Actor, job_create
@@ -182,3 +183,34 @@ class StallingProxy:
         finally:
             src.close()
             dst.close()
+
+
+def fleet_process(
+    client, name: str, *, clock: FakeClock, partitions: int | None = None
+) -> SchedulerProcess:
+    """A `runscheduler` process of a test fleet (a 2 s lease), announced: the partitions'
+    plan sees it at once. `partitions`: SCHEDULER_PARTITIONS unless given."""
+    from beat import metrics
+
+    process = SchedulerProcess(
+        client=client,
+        clock=clock,
+        config=EngineConfig(),
+        lease_seconds=2,
+        holder=name,
+        partitions=partitions,
+    )
+    metrics._last_announce.pop(name, None)  # announcements are once a second per process
+    metrics.announce(client, name, 2, partitions=process.partition_count)
+    return process
+
+
+def settle(processes: list[SchedulerProcess], turns: int = 6) -> None:
+    """Turns of taking and giving up partitions, each process in turn."""
+    for _ in range(turns):
+        for process in processes:
+            process.try_lead()
+
+
+def held_partitions(process: SchedulerProcess) -> list[int]:
+    return sorted(leader.partition for leader in process.held())

@@ -60,8 +60,10 @@ def slow_receiver():
         loop.call_soon_threadsafe(task.cancel)
 
 
-def _executor(clock, *, beat_seconds: float = 0.05, allow=LOOPBACK, max_inflight=100):
-    beats = Heartbeats(beat_seconds)
+def _executor(
+    clock, *, beat_seconds: float = 0.05, allow=LOOPBACK, max_inflight=100, heartbeats=None
+):
+    beats = heartbeats if heartbeats is not None else Heartbeats(beat_seconds)
 
     def finish(prepared, outcome, started):
         try:

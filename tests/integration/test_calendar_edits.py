@@ -50,6 +50,17 @@ def _resume(tenant, clock, job) -> None:
         job_resume(tenant=tenant, actor=ACTOR, job_id=job.id, clock=clock)
 
 
+def _paused_in_the_office_calendar(tenant, redis_client):
+    """An hourly job using calendar `office` (a December date), paused at 9:10; the clock at
+    12:20, when the calendar changes."""
+    clock = FakeClock(MADE_AT)
+    _calendar(tenant, clock, name="office", dates=["2026-12-24"])
+    job = _paused_hourly_job(tenant, clock, calendars=["office"])
+    engine = new_engine(redis_client, clock)
+    clock.set(EDITED_AT)
+    return clock, job, engine
+
+
 def _fates(tenant) -> list[tuple]:
     return [(r.scheduled_for.hour, r.status, r.skip_reason) for r in runs_of(tenant)]
 
@@ -58,11 +69,7 @@ def test_a_calendar_change_while_paused_leaves_the_missed_slots_to_the_misfire_p
     live, redis_client
 ):
     alpha = live["alpha"].tenant
-    clock = FakeClock(MADE_AT)
-    _calendar(alpha, clock, name="office", dates=["2026-12-24"])
-    job = _paused_hourly_job(alpha, clock, calendars=["office"])
-    engine = new_engine(redis_client, clock)
-    clock.set(EDITED_AT)
+    clock, job, engine = _paused_in_the_office_calendar(alpha, redis_client)
     _set_dates(alpha, clock, "office", ["2026-12-24", "2026-06-02"])  # tomorrow: no slot moves
     _resume(alpha, clock, job)
     engine.materialise()
@@ -76,11 +83,7 @@ def test_a_calendar_change_while_paused_leaves_the_missed_slots_to_the_misfire_p
 
 def test_missed_slots_on_a_date_the_change_excludes_are_recorded_excluded(live, redis_client):
     alpha = live["alpha"].tenant
-    clock = FakeClock(MADE_AT)
-    _calendar(alpha, clock, name="office", dates=["2026-12-24"])
-    job = _paused_hourly_job(alpha, clock, calendars=["office"])
-    engine = new_engine(redis_client, clock)
-    clock.set(EDITED_AT)
+    clock, job, engine = _paused_in_the_office_calendar(alpha, redis_client)
     _set_dates(alpha, clock, "office", ["2026-06-01"])  # today, with its missed slots
     _resume(alpha, clock, job)
     engine.materialise()

@@ -20,15 +20,12 @@ from django_tenants.utils import schema_context
 
 from core.clock import FakeClock
 from runs import states, tasks
-from runs.execution import complete_run
 from runs.heartbeat import Heartbeats
-from runs.http_executor import HttpExecutor
 from runs.services import job_trigger, run_cancel
 
 from .helpers import ACTOR, make_job, new_engine
 from .test_async_execution import (
     ALLOW_LOCAL,
-    LOOPBACK,
     START,
     _attempts,
     _executor,
@@ -197,15 +194,7 @@ def test_a_cancel_before_the_call_starts_sends_nothing(live, redis_client, recei
         with schema_context(alpha.schema_name):
             run_cancel(tenant=alpha, actor=ACTOR, run_id=run_id, clock=clock)
 
-    beats = _BeatOnTrack(cancel)
-
-    def finish(prepared, outcome, started):
-        try:
-            return complete_run(prepared.claimed, outcome, clock, started)
-        finally:
-            connection.close()
-
-    executor = HttpExecutor(max_inflight=1, heartbeats=beats, finish=finish, allow=lambda: LOOPBACK)
+    executor, beats = _executor(clock, max_inflight=1, heartbeats=_BeatOnTrack(cancel))
     run = _http_run(alpha, clock, f"{receiver.base}/hold/30")
     assert _hand_off(alpha, run, clock, executor, beats) == "handed-off"
     assert beats.found_stopped == 1

@@ -15,14 +15,11 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from beat import metrics
-from beat.engine import EngineConfig
 from beat.loop import UNABLE_SECONDS, SchedulerProcess
-from beat.metrics import announce
 from core.clock import FakeClock
 from core.keys import leader_info_key, leader_lock_name
 
-from .helpers import utc
+from .helpers import fleet_process, held_partitions, settle, utc
 
 START = utc(2026, 6, 1, 12, 0, 0)
 P = 4
@@ -37,27 +34,7 @@ def four_partitions(live, settings):
 
 
 def _process(client, name: str, partitions: int = P) -> SchedulerProcess:
-    process = SchedulerProcess(
-        client=client,
-        clock=FakeClock(START),
-        config=EngineConfig(),
-        lease_seconds=2,
-        holder=name,
-        partitions=partitions,
-    )
-    metrics._last_announce.pop(name, None)  # announcements are once a second per process
-    announce(client, name, 2, partitions=partitions)
-    return process
-
-
-def _settle(processes: list[SchedulerProcess], turns: int = 6) -> None:
-    for _ in range(turns):
-        for process in processes:
-            process.try_lead()
-
-
-def _held(process: SchedulerProcess) -> list[int]:
-    return sorted(leader.partition for leader in process.held())
+    return fleet_process(client, name, clock=FakeClock(START), partitions=partitions)
 
 
 def _holder(client, partition: int) -> str | None:
@@ -89,8 +66,8 @@ def test_a_partition_is_not_handed_again_and_again_to_a_process_backing_off_from
     partition as an orphan, gave it back (over its share), nobody could take it (both
     blocked), and so on, the partition unled most of the time."""
     b, a = _process(redis_client, "b:2"), _process(redis_client, "a:1")
-    _settle([b, a])  # b took all four first and gave up its highest, one a turn
-    assert _held(a) == [2, 3] and _held(b) == [0, 1]
+    settle([b, a])  # b took all four first and gave up its highest, one a turn
+    assert held_partitions(a) == [2, 3] and held_partitions(b) == [0, 1]
     for leader in b.partitions:  # as a while later: b may take back what it gave a
         leader.blocked_until = 0.0
     failing = a.partitions[3]
@@ -99,7 +76,7 @@ def test_a_partition_is_not_handed_again_and_again_to_a_process_backing_off_from
     holders, a_seen_live = [], []
     for _ in _turns([a, b], seconds=1.8):  # inside a's back-off
         holders.append(_holder(redis_client, 3))
-        assert _held(a)[:1] == [2], "a's other partition stays its own"
+        assert held_partitions(a)[:1] == [2], "a's other partition stays its own"
         a_seen_live.append("a:1" in b._read_fleet()[1])
     unled = holders.count(None) / len(holders)
     taken = sum(1 for was, now in itertools.pairwise(holders) if was != now == "b:2")
@@ -119,7 +96,7 @@ def test_a_failed_take_keeps_the_process_out_of_the_count_for_its_whole_back_off
     first.try_lead = _broken  # taking partition 0 fails with an error of this process
     first.error_backoff = 4.0  # the next back-off: 8 s, longer than UNABLE_SECONDS
     a.try_lead()
-    assert _held(a) == [1, 2, 3]
+    assert held_partitions(a) == [1, 2, 3]
     assert first.blocked_until - time.monotonic() > UNABLE_SECONDS
     assert a.unable_until >= first.blocked_until  # not live while it cannot take it
 
@@ -163,8 +140,8 @@ def test_a_process_stopping_leaves_the_live_count_before_it_releases(four_partit
     from core.keys import schedulers_seen_key
 
     leaving, staying = _process(redis_client, "leaving:1"), _process(redis_client, "staying:2")
-    _settle([leaving, staying])
-    assert _held(leaving) and _held(staying)
+    settle([leaving, staying])
+    assert held_partitions(leaving) and held_partitions(staying)
     seen_at_release: list = []
     for leader in leaving.held():
         release = leader.release

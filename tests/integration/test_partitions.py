@@ -10,11 +10,9 @@ import threading
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from beat import metrics
 from beat.engine import EngineConfig
 from beat.lease import LeaseLost, bump_epoch, current_epoch
 from beat.loop import SchedulerProcess
-from beat.metrics import announce
 from beat.store import FencingError, fence
 from core.clock import FakeClock
 from core.keys import (
@@ -29,7 +27,16 @@ from core.keys import (
 from core.partitions import partition_of
 from runs.notify import ENDED_REPORTER, notify_run_ended
 
-from .helpers import make_job, message_args, queued_messages, runs_of, utc
+from .helpers import (
+    fleet_process,
+    held_partitions,
+    make_job,
+    message_args,
+    queued_messages,
+    runs_of,
+    settle,
+    utc,
+)
 
 START = utc(2026, 6, 1, 12, 0, 0)
 P = 4
@@ -47,30 +54,15 @@ def four_partitions(live, settings):
 
 
 def _process(client, clock, name: str) -> SchedulerProcess:
-    process = SchedulerProcess(
-        client=client, clock=clock, config=EngineConfig(), lease_seconds=2, holder=name
-    )
-    metrics._last_announce.pop(name, None)  # announcements are once a second per process
-    announce(client, name, 2, partitions=P)
-    return process
-
-
-def _settle(processes: list[SchedulerProcess], turns: int = 6) -> None:
-    for _ in range(turns):
-        for process in processes:
-            process.try_lead()
-
-
-def _held(process: SchedulerProcess) -> list[int]:
-    return [leader.partition for leader in process.held()]
+    return fleet_process(client, name, clock=clock)
 
 
 def test_two_processes_share_four_partitions_each_with_its_own_lease(four_partitions, redis_client):
     clock = FakeClock(START)
     a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
-    _settle([a, b])
-    assert sorted(_held(a) + _held(b)) == [0, 1, 2, 3]
-    assert len(_held(a)) == len(_held(b)) == 2
+    settle([a, b])
+    assert sorted(held_partitions(a) + held_partitions(b)) == [0, 1, 2, 3]
+    assert len(held_partitions(a)) == len(held_partitions(b)) == 2
     for process in (a, b):
         for leader in process.held():
             n = leader.partition
@@ -91,8 +83,8 @@ def test_each_tenants_slots_fire_once_from_its_partitions_leader(four_partitions
         key = index_key(tenant_partition(tenant_id))
         assert redis_client.zscore(key, f"{tenant_id}:{job.id}") is not None
     a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
-    _settle([a, b])
-    assert len(_held(a)) == len(_held(b)) == 2
+    settle([a, b])
+    assert len(held_partitions(a)) == len(held_partitions(b)) == 2
     for _ in range(5):  # 12:00:00 to 12:02:00
         for process in (a, b):
             process.lead_once()
@@ -107,13 +99,13 @@ def test_each_tenants_slots_fire_once_from_its_partitions_leader(four_partitions
 def test_a_dead_processes_partitions_are_taken_by_the_survivor(four_partitions, redis_client):
     clock = FakeClock(START)
     a, b = _process(redis_client, clock, "a:1"), _process(redis_client, clock, "b:2")
-    _settle([a, b])
-    lost = _held(a)
+    settle([a, b])
+    lost = held_partitions(a)
     for n in lost:  # a is killed: its leases expire
         redis_client.delete("lock:" + leader_lock_name(n), leader_info_key(n))
     b.orphan_seconds = 0  # a is still announced as live: its partitions are orphans
     b.try_lead()
-    assert sorted(_held(b)) == [0, 1, 2, 3]
+    assert sorted(held_partitions(b)) == [0, 1, 2, 3]
     with pytest.raises(LeaseLost):  # a, woken, cannot renew what it lost
         a.partitions[lost[0]].lead_once()
 
@@ -123,12 +115,12 @@ def test_a_joining_process_gets_its_share_and_nobody_leads_a_partition_twice(
 ):
     clock = FakeClock(START)
     a = _process(redis_client, clock, "a:1")
-    _settle([a])
-    assert sorted(_held(a)) == [0, 1, 2, 3]
+    settle([a])
+    assert sorted(held_partitions(a)) == [0, 1, 2, 3]
     b = _process(redis_client, clock, "b:2")
-    _settle([a, b], turns=8)
-    assert len(_held(a)) == len(_held(b)) == 2
-    assert not set(_held(a)) & set(_held(b))
+    settle([a, b], turns=8)
+    assert len(held_partitions(a)) == len(held_partitions(b)) == 2
+    assert not set(held_partitions(a)) & set(held_partitions(b))
 
 
 def test_a_bump_ends_only_its_own_partitions_stuck_session(four_partitions):
@@ -207,7 +199,7 @@ def test_one_partitions_long_step_renews_the_other_leases_held(four_partitions, 
 
     clock = FakeClock(START)
     a = _process(redis_client, clock, "a:1")
-    _settle([a])
+    settle([a])
     first, other = a.partitions[0], a.partitions[1]
     other.lease.renewed_at = time.monotonic() - 1.0  # partition 0's work ran a second
     redis_client.pexpire(other.lease.lock_key, 300)  # and partition 1's lease is nearly out
@@ -222,7 +214,7 @@ def test_a_lease_lost_during_another_partitions_step_drops_only_that_partition(
 
     clock = FakeClock(START)
     a = _process(redis_client, clock, "a:1")
-    _settle([a])
+    settle([a])
     first, other = a.partitions[0], a.partitions[1]
     redis_client.delete(other.lease.lock_key)  # expired while partition 0 worked
     other.lease.renewed_at = time.monotonic() - 1.0
@@ -274,7 +266,7 @@ def test_a_process_whose_take_failed_stops_counting_itself_live(
 
 def test_a_malformed_wake_up_is_logged_and_the_others_still_act(four_partitions, redis_client):
     a = _process(redis_client, FakeClock(START), "a:1")
-    _settle([a])
+    settle([a])
     released = []
     for leader in a.held():
         leader.engine.release_held = lambda t, j, out=released: out.append((t, j)) or 0

@@ -84,3 +84,36 @@ def test_a_replace_jobs_run_a_worker_took_is_not_cancelled_as_replaced_by_itself
     [after] = runs_of(alpha, id=run.id)
     assert after.status == states.RUNNING, after.error
     assert stats.cancelled == 0 and stats.published == 0
+
+
+def test_a_newer_replace_run_cancels_an_older_one_a_worker_took_though_the_leader_held_it(
+    live, redis_client
+):
+    """The leader holds 12:02 (which waited with no leader, past its grace) and 12:03 of a
+    `replace` job; a worker already runs 12:02 from an earlier message. 12:03 is queued and
+    replaces it: the run spared is only the one the decision queues."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(START)
+    make_job(
+        alpha,
+        clock,
+        schedule={"cron": "* * * * *"},
+        concurrency_policy="replace",
+        misfire_policy="skip",
+        misfire_grace_seconds=5,
+    )
+    engine = new_engine(redis_client, clock, lookahead_seconds=120)
+    clock.set(MATERIALISED_AT)
+    engine.materialise()
+    [older] = runs_of(alpha, scheduled_for=DUE)
+    [newer] = runs_of(alpha, scheduled_for=utc(2026, 6, 1, 12, 3))
+    _taken_by_a_worker(alpha, older, clock, fails=False)
+    for _due, _seq, entry in engine.runs.heap:
+        if entry.run_id == older.id:
+            entry.judge_lateness = True  # relayed: it may have waited with no leader
+    clock.set(utc(2026, 6, 1, 12, 3))
+    engine.fire()
+    [older_after] = runs_of(alpha, id=older.id)
+    [newer_after] = runs_of(alpha, id=newer.id)
+    assert older_after.status == states.CANCELLED
+    assert newer_after.status == states.QUEUED

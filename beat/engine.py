@@ -51,6 +51,8 @@ FireStats = fire_step.FireStats
 @dataclass(frozen=True)
 class EngineConfig:
     lookahead_seconds: float = 30.0
+    # A job taken up is prepared this much past the lookahead (SCHEDULER_LOOKAHEAD_EXTRA_SECONDS).
+    lookahead_extra_seconds: float = 30.0
     shard_count: int = 4
     materialise_batch: int = 5000
     # Jobs, and about as many runs, in one materialise transaction: the unit between two
@@ -77,6 +79,7 @@ class EngineConfig:
         lease = settings.SCHEDULER_LEASE_SECONDS
         return cls(
             lookahead_seconds=settings.SCHEDULER_LOOKAHEAD_SECONDS,
+            lookahead_extra_seconds=settings.SCHEDULER_LOOKAHEAD_EXTRA_SECONDS,
             shard_count=settings.SCHEDULER_SHARD_COUNT,
             materialise_batch=settings.SCHEDULER_MATERIALISE_BATCH,
             relay_interval_seconds=settings.SCHEDULER_RELAY_INTERVAL_SECONDS,
@@ -89,6 +92,11 @@ class EngineConfig:
             rebuild_budget_seconds=lease / 5,
             admission=AdmissionConfig.from_settings(),
         )
+
+    @property
+    def prepare_until_seconds(self) -> float:
+        """How far ahead of now a job taken up has its slots prepared."""
+        return self.lookahead_seconds + self.lookahead_extra_seconds
 
     @property
     def reap_interval_seconds(self) -> float:

@@ -2,7 +2,8 @@
 
 `ZRANGEBYSCORE` reads only jobs due before now + lookahead (O(log n + due)); per tenant, in
 fenced transactions of at most `materialise_chunk` jobs and about as many runs, it locks
-those jobs (skipping any an edit holds), plans their slots (`beat/planning.py`), inserts the
+those jobs (skipping any an edit holds), plans their slots up to now + lookahead + extra
+(`beat/planning.py`; the extra spares a job firing every few seconds a visit per slot), inserts the
 runs with ON CONFLICT DO NOTHING (invariant 1) and advances `next_run_at`. The lease is
 renewed between two such transactions: one tenant with ten thousand jobs due together on a
 slow database must not keep the leader in one transaction past its lease. After each
@@ -70,10 +71,13 @@ Scores = dict[int, float]  # job id -> its index score
 def materialise(engine: Engine) -> int:
     """Returns how many index entries it processed."""
     now = engine.clock.now()
-    horizon = now + timedelta(seconds=engine.config.lookahead_seconds)
+    window = now + timedelta(seconds=engine.config.lookahead_seconds)
     entries = index.due(
-        engine.client, engine.index_key, horizon.timestamp(), engine.config.materialise_batch
+        engine.client, engine.index_key, window.timestamp(), engine.config.materialise_batch
     )
+    # A job taken up is planned past the window: a job firing every few seconds then costs
+    # its schema a visit per `lookahead_extra_seconds`, not one per slot.
+    horizon = now + timedelta(seconds=engine.config.prepare_until_seconds)
     by_tenant: dict[int, Scores] = defaultdict(dict)
     for tenant_id, job_id, score in entries:
         by_tenant[tenant_id][int(job_id)] = score

@@ -197,10 +197,10 @@ def relay_chunk(engine: Engine, chunk: Tenants, *, overdue: datetime) -> int:
     fresh = [t for t in chunk if t[0] not in engine.relayed]
     read = [t for t in chunk if t[0] in engine.relayed]
     added = _relay(engine, read, overdue)
-    # A run prepared ahead is due at most the window plus the largest jitter from now;
+    # A run prepared ahead is due at most the window, its extra and the largest jitter from now;
     # retries due later are in the runs index, which the leader loads as they come due.
     ahead = engine.clock.now() + timedelta(
-        seconds=engine.config.lookahead_seconds + MAX_JITTER_SECONDS
+        seconds=engine.config.prepare_until_seconds + MAX_JITTER_SECONDS
     )
     for schema, count in _relay(engine, fresh, ahead).items():
         added[schema] = added.get(schema, 0) + count

@@ -95,8 +95,8 @@ class Job(models.Model):
     # Set by the leader when the job's stored fields cannot be planned (e.g. its time zone
     # no longer exists): the job is parked until an edit or a resume clears it.
     # Set by the leader when the schedule has no slot left to prepare (it has materialised
-    # the last one, up to the lookahead before it fires): the job is `completed`; an edit
-    # that gives it slots again clears it.
+    # the last one, up to the lookahead and its extra before it fires): the job is
+    # `completed`; an edit that gives it slots again clears it.
     completed_at = models.DateTimeField(null=True, blank=True)
     fault_code = models.CharField(max_length=32, blank=True, default="", db_default="")
     fault_detail = models.TextField(blank=True, default="", db_default="")

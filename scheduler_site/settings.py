@@ -293,6 +293,15 @@ METRICS_STATEMENT_TIMEOUT_SECONDS = env_float("METRICS_STATEMENT_TIMEOUT_SECONDS
 # --- the scheduler ------------------------------------------------------------------------
 SCHEDULER_MIN_INTERVAL_SECONDS = env_int("SCHEDULER_MIN_INTERVAL_SECONDS", 60, minimum=1)
 SCHEDULER_LOOKAHEAD_SECONDS = env_float("SCHEDULER_LOOKAHEAD_SECONDS", 30.0, minimum=1.0)
+# Once the leader takes a job up (its next slot inside the lookahead), it prepares the job's
+# slots this much further too: a job firing every few seconds then costs its tenant's
+# schema one visit per this many seconds instead of one per slot. At most an hour: the
+# leader holds every run prepared ahead in memory, and a takeover reads them all again.
+SCHEDULER_LOOKAHEAD_EXTRA_SECONDS = env_float("SCHEDULER_LOOKAHEAD_EXTRA_SECONDS", 30.0, minimum=0)
+if SCHEDULER_LOOKAHEAD_EXTRA_SECONDS > 3600:
+    raise ImproperlyConfigured(
+        f"SCHEDULER_LOOKAHEAD_EXTRA_SECONDS={SCHEDULER_LOOKAHEAD_EXTRA_SECONDS}: at most 3600"
+    )
 # Whole seconds: the Redis lock expires in whole seconds (python-redis-lock), and the
 # database bounds derived from this value must agree with it.
 SCHEDULER_LEASE_SECONDS = env_int("SCHEDULER_LEASE_SECONDS", 2, minimum=1)

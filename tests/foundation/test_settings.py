@@ -134,6 +134,19 @@ def test_a_lease_of_a_fraction_of_a_second_is_refused_not_truncated():
     assert accepted.returncode == 0, accepted.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("4000", "=4000.0: at most 3600"), ("-1", "=-1.0: must be at least 0")],
+)
+def test_a_lookahead_extra_out_of_bounds_is_refused(value, says):
+    """The leader holds every run prepared ahead in memory: an hour at most."""
+    refused = _django_setup({"DEBUG": "1", "SCHEDULER_LOOKAHEAD_EXTRA_SECONDS": value})
+    assert refused.returncode != 0
+    assert f"SCHEDULER_LOOKAHEAD_EXTRA_SECONDS{says}" in refused.stderr
+    accepted = _django_setup({"DEBUG": "1", "SCHEDULER_LOOKAHEAD_EXTRA_SECONDS": "0"})
+    assert accepted.returncode == 0, accepted.stderr
+
+
 def test_a_redis_socket_timeout_shorter_than_the_schedulers_blocking_read_is_refused():
     lease = {"DEBUG": "1", "SCHEDULER_LEASE_SECONDS": "4"}
     refused = _django_setup({**lease, "REDIS_SOCKET_TIMEOUT_SECONDS": "1"})

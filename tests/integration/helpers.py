@@ -38,6 +38,9 @@ def make_job(tenant: Tenant, clock: FakeClock, **data):
 def new_engine(client, clock: FakeClock, **config) -> Engine:
     """An engine holding the lease and a fresh epoch, as a newly elected leader would (any
     previous holder's lease is taken as expired): its Redis writes are fenced by the token."""
+    # These tests count the runs of a window of `lookahead_seconds`: the extra a job taken
+    # up is prepared past it has tests of its own (test_lookahead_extra.py).
+    config.setdefault("lookahead_extra_seconds", 0.0)
     client.delete("lock:" + leader_lock_name())
     lease = Lease(client, holder="test-leader", expire_seconds=3600)
     assert lease.try_acquire()

@@ -87,7 +87,7 @@ def _held(alpha, clock, engine):
     clock.set(utc(2026, 6, 1, 12, 1))
     engine.materialise()
     engine.fire()
-    [first] = runs_of(alpha)
+    [first] = runs_of(alpha, scheduled_for=clock.now())
     assert claim_run(
         schema=alpha.schema_name, run_id=str(first.id), attempt=1, worker="w", now=clock.now()
     )

@@ -183,8 +183,8 @@ class JobSerializer(serializers.Serializer):
         help_text="`parked`: the scheduler could not plan the job's stored schedule (see "
         "`fault`); an edit or a resume clears it. `completed`: the schedule has no slot left "
         "to prepare (the run of its last slot, a one-off's or the last before `end`, is "
-        "prepared, up to the lookahead before it fires); an edit that gives it slots clears "
-        "it.",
+        "prepared, up to the lookahead and its extra before it fires); an edit that gives it "
+        "slots clears it.",
     )
     paused_reason = serializers.CharField()
     paused_at = PausedAtField(
@@ -199,9 +199,9 @@ class JobSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The scheduler's cursor (UTC): the next slot it has not yet prepared a run "
         "for. It can be a slot that will be recorded as skipped (`excluded`, `dst`), and a run "
-        "prepared ahead (within the lookahead) is already behind it; the next firing slots: "
-        "`POST /schedule/preview`. Null for a job on demand or as a dependency only, a paused "
-        "or parked job, or a completed schedule.",
+        "prepared ahead (within the lookahead and its extra) is already behind it; the next "
+        "firing slots: `POST /schedule/preview`. Null for a job on demand or as a dependency "
+        "only, a paused or parked job, or a completed schedule.",
     )
     last_run = LastRunField(source="*", allow_null=True, help_text="The latest run due by now.")
     created_at = serializers.DateTimeField()

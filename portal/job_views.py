@@ -249,7 +249,7 @@ def _show(value) -> str:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = job_or_404(job_id)
     job.schedule_words = schedule_words(job)
-    upcoming = next_runs(job)
+    upcoming = next_runs(job, CLOCK.now())
     job.next_fire_at = upcoming[0] if upcoming else None
     history = _history(request, job)
     if request.htmx and request.htmx.target == "history":

@@ -6,7 +6,7 @@ reads go through the selectors. See docs/portal.md.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -52,15 +52,17 @@ def schedule_words(job: Job) -> str:
     return describe(schedule) if schedule is not None else "on demand / after upstream jobs"
 
 
-def next_runs(job: Job, count: int = 10) -> list:
-    """The job's next fire times from its cursor; none while paused, parked or deleted.
-    Slots its exclusion calendars skip are left out (they will not run: the ledger records
-    them as skipped, `excluded`), as are `dst_gap: skip` slots."""
+def next_runs(job: Job, now: datetime, count: int = 10) -> list:
+    """The job's next fire times after now; none while paused, parked or deleted. Not
+    from its cursor: the runs the leader has already prepared (up to the lookahead and its
+    extra ahead) are behind the cursor and would be left out. Slots its exclusion calendars
+    skip are left out (they will not run: the ledger records them as skipped, `excluded`),
+    as are `dst_gap: skip` slots."""
     schedule = schedule_of(job, job_calendars(job))
     if schedule is None or not job.schedulable:
         return []
     try:
-        return fire_times(schedule, job.next_run_at - timedelta(microseconds=1), count)
+        return fire_times(schedule, now, count)
     except (ScheduleError, OverflowError):
         return []
 
@@ -150,7 +152,7 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     strips = recent_statuses([job.id for job in page], now, 20)
     for job in page:
         job.schedule_words = schedule_words(job)
-        job.next_fire_at = next(iter(next_runs(job, 1)), None)
+        job.next_fire_at = next(iter(next_runs(job, now, 1)), None)
         job.strip = list(reversed(strips.get(job.id, [])))
     base = urlencode(filters)
     links = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
@@ -758,3 +759,18 @@ def test_the_simple_preview_takes_six_fields_when_the_minimum_allows(portal):
     page = client.get("/jobs/preview", query).content.decode()
     assert "Invalid schedule" not in page and page.count("<li>") == 6
     assert re.search(r" \d\d:\d\d:20 \(UTC", page)
+
+
+def test_next_runs_include_the_runs_already_prepared(portal):
+    """The list starts after now, not at the cursor: slots whose runs the leader has
+    already prepared (the cursor is past them) still fire, and are listed."""
+    alpha = portal["alpha"]
+    job = make_job(alpha.tenant, CLOCK, name="hourly", schedule={"cron": "0 * * * *"})
+    with schema_context(alpha.schema):
+        job.refresh_from_db()
+        first = job.next_run_at
+        # As after the leader prepared the next two slots' runs.
+        Job.objects.filter(id=job.id).update(next_run_at=first + timedelta(hours=2))
+    listed = _next_runs_section(login(alpha).get(f"/jobs/{job.id}/").content.decode())
+    assert listed.count("<li>") == 10
+    assert f'datetime="{first.isoformat()}"' in listed

@@ -79,14 +79,7 @@ class Claimed:
 # changes nothing, and the reaper publishes it again. Either way the run executes again,
 # as at-least-once allows, under the same run id (the Idempotency-Key). Worker crashes,
 # the common failure, are unaffected. See docs/adr/0007-worker-bookkeeping.md.
-CLAIM_SQL = """
-WITH claimed AS (
-    UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = now(),
-                      worker = %(worker)s, error = '', queued_at = coalesce(queued_at, now())
-    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
-      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
-    RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at
-)
+_CLAIMED_SQL = """
 SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payload),
        j.target_type, j.target, j.timeout_seconds, j.max_attempts, j.backoff_seconds,
        j.backoff_multiplier, j.backoff_max_seconds, j.retry_jitter, j.deleted_at IS NOT NULL,
@@ -98,11 +91,49 @@ SELECT c.job_id, c.attempt, c.scheduled_for, coalesce(c.payload_override, j.payl
        c.due_at, j.priority
 FROM claimed c JOIN {jobs} j ON j.id = c.job_id
 """
+CLAIM_SQL = (
+    """
+WITH claimed AS (
+    UPDATE {runs} SET status = {running}, started_at = %(now)s, heartbeat_at = now(),
+                      worker = %(worker)s, error = '', queued_at = coalesce(queued_at, now())
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status IN {claimable}
+      AND set_config('synchronous_commit', 'off', true) IS NOT NULL
+    RETURNING id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at
+)"""
+    + _CLAIMED_SQL
+)
+# The claim this call made, if it committed although its reply was lost: the same row, the
+# same attempt, still `running` with this process as its worker and this call's `now` as
+# its start (a later claim by this process would have another). FOR UPDATE: a claim still
+# executing on the server when its connection broke holds the row; this waits for its end
+# and reads the row as it left it, rather than the row before it.
+CLAIM_RECOVERY_SQL = (
+    """
+WITH claimed AS (
+    SELECT id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at
+    FROM {runs}
+    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status = {running}
+      AND worker = %(worker)s AND started_at = %(now)s
+    FOR UPDATE
+)"""
+    + _CLAIMED_SQL
+)
 
 
 @per_schema
 def _claim_sql(schema: str) -> sql.Composable:
     return sql.SQL(CLAIM_SQL).format(
+        runs=table(schema, "runs_run"),
+        jobs=table(schema, "jobs_job"),
+        deps=table(schema, "jobs_dependency"),
+        tenants=table("public", "tenants_tenant"),
+        **STATUS,
+    )
+
+
+@per_schema
+def _claim_recovery_sql(schema: str) -> sql.Composable:
+    return sql.SQL(CLAIM_RECOVERY_SQL).format(
         runs=table(schema, "runs_run"),
         jobs=table(schema, "jobs_job"),
         deps=table(schema, "jobs_dependency"),
@@ -123,6 +154,21 @@ def claim_run(
         with connection.cursor() as cursor:
             cursor.execute(query, params)
             row = cursor.fetchone()
+    return _claimed(schema, run_id, row)
+
+
+def claim_made(
+    *, schema: str, run_id: str, attempt: int, worker: str, now: datetime
+) -> Claimed | None:
+    """The claim `claim_run` made with these arguments, if it committed (its reply lost
+    with the connection), else None."""
+    params = {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt, "schema": schema}
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_recovery_sql(schema), params)
+        return _claimed(schema, run_id, cursor.fetchone())
+
+
+def _claimed(schema: str, run_id: str, row: tuple | None) -> Claimed | None:
     if row is None:
         return None
     payload, target = _json(row[3]) or {}, _json(row[5]) or {}
@@ -388,12 +434,43 @@ def _reconnect() -> None:
         connection.close()
 
 
-def claim_or_requeue(**claim) -> Claimed | None:
+CLAIM_RECOVERY_TRIES = 4  # about 1.75 s of waiting, bounded
+
+
+def claim_or_requeue(sleep=time.sleep, **claim) -> Claimed | None:
+    """Claim the run; if the connection fails, find out whether the claim committed before
+    handing the delivery back. A claim whose reply was lost has moved the run to `running`
+    under this process: the delivery handed back would claim nothing when it came again,
+    and the run would wait for the reaper (a visibility timeout, and one of its attempts,
+    so a job of one attempt went `dead` without running). So the claim is looked for, a
+    few times while the database does not answer; found, the run goes on as claimed."""
     try:
         return claim_run(**claim)
     except CONNECTION_ERRORS as exc:
+        failure = exc
+    for try_number in range(1, CLAIM_RECOVERY_TRIES + 1):
         _reconnect()
-        raise DatabaseUnavailable(str(exc)) from exc
+        try:
+            claimed = claim_made(**claim)
+        except CONNECTION_ERRORS as exc:
+            failure = exc
+            if try_number < CLAIM_RECOVERY_TRIES:
+                sleep(0.25 * 2 ** (try_number - 1))
+            continue
+        if claimed is not None:
+            log_event(
+                log,
+                "worker.claim_recovered",
+                "run %s attempt %s: the claim's reply was lost, the claim had committed",
+                claim["run_id"],
+                claim["attempt"],
+                run_id=claim["run_id"],
+                attempt=claim["attempt"],
+            )
+            return claimed
+        break  # the claim did not commit: the delivery goes back and claims again
+    _reconnect()
+    raise DatabaseUnavailable(str(failure)) from failure
 
 
 def finish_with_retries(

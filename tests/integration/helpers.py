@@ -117,6 +117,9 @@ class StallingProxy:
         self._connections: list[threading.Event] = []  # each connection's own flow
         self._split: int | None = None  # split_next_reply
         self.split_sent = threading.Event()
+        self._cut: bytes | None = None  # cut_after_request
+        self._cut_armed = False
+        self.cut_done = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stall(self) -> None:
@@ -134,6 +137,16 @@ class StallingProxy:
         self._split = keep
         self.split_sent = threading.Event()
         return self.split_sent
+
+    def cut_after_request(self, marker: bytes, *, deliver: bool = True) -> threading.Event:
+        """The next request holding `marker` reaches the server (`deliver`) or not; either
+        way its connection is then cut both ways before any reply reaches the client (a
+        link that failed just after the request: the client cannot know whether it ran).
+        The event is set once the connection is cut."""
+        self._cut, self._cut_deliver = marker, deliver
+        self._cut_armed = False
+        self.cut_done = threading.Event()
+        return self.cut_done
 
     def flow(self) -> None:
         self.flowing.set()
@@ -166,6 +179,14 @@ class StallingProxy:
                     target=self._pipe, args=(src, dst, flowing, replies), daemon=True
                 ).start()
 
+    def _cut_both(self, src: socket.socket, dst: socket.socket) -> None:
+        # shutdown, not close alone: the other direction's thread is blocked in `recv` on
+        # one of them, and a close would wait for it (no FIN would reach that end).
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.cut_done.set()
+
     def _pipe(
         self, src: socket.socket, dst: socket.socket, flowing: threading.Event, replies: bool
     ) -> None:
@@ -173,6 +194,16 @@ class StallingProxy:
             while data := src.recv(65536):
                 self.flowing.wait()  # held here while stalled: nothing goes through
                 flowing.wait()
+                if not replies and self._cut is not None and self._cut in data:
+                    self._cut = None
+                    self._cut_armed = True
+                    if not self._cut_deliver:
+                        self._cut_both(src, dst)
+                        return
+                elif replies and self._cut_armed:
+                    self._cut_armed = False
+                    self._cut_both(src, dst)
+                    return  # the reply is dropped
                 if replies and self._split is not None:
                     keep, self._split = self._split, None
                     dst.sendall(data[:keep])

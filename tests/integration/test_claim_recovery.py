@@ -1,0 +1,126 @@
+"""A worker's claim whose reply is lost with its connection.
+
+Before: the delivery went back to the broker (`DatabaseUnavailable`) whether or not the
+claim had committed. If it had, the run was `running` under a worker that had given it up:
+the redelivered message claimed nothing, and the run waited for the reaper (a visibility
+timeout), which counted the attempt, so a job of one attempt went `dead` without running.
+Now the worker looks for its own claim (same run, attempt, worker and start) before handing
+the delivery back. Driven for real: a TCP proxy between the worker and PostgreSQL cuts the
+connection after the claim reached the server, before its reply came back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from django.db import connection
+from django_tenants.utils import schema_context
+
+from core.clock import FakeClock
+from runs import states
+from runs.execution import DatabaseUnavailable, claim_or_requeue, run_execute
+
+from .helpers import StallingProxy, make_job, new_engine, runs_of, utc
+
+START = utc(2026, 6, 1, 12, 0)
+SLOT = utc(2026, 6, 1, 12, 1)
+CLAIM = b"WITH claimed AS"  # the claim statement's text, as the proxy sees it go by
+
+
+@contextlib.contextmanager
+def through(proxy: StallingProxy):
+    """This thread's Django connection goes through the proxy (a new connection)."""
+    saved = connection.settings_dict["HOST"], connection.settings_dict["PORT"]
+    connection.close()
+    connection.settings_dict["HOST"], connection.settings_dict["PORT"] = "127.0.0.1", proxy.port
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict["HOST"], connection.settings_dict["PORT"] = saved
+
+
+@pytest.fixture
+def proxy():
+    settings = connection.settings_dict
+    proxy = StallingProxy(settings["HOST"] or "127.0.0.1", int(settings["PORT"] or 5432))
+    yield proxy
+    proxy.close()
+
+
+def _queued_run(tenant, redis_client, **job):
+    clock = FakeClock(START)
+    make_job(tenant, clock, schedule={"cron": "* * * * *"}, **job)
+    engine = new_engine(redis_client, clock)
+    clock.set(SLOT)
+    engine.materialise()
+    engine.fire()
+    [run] = runs_of(tenant)
+    assert run.status == states.QUEUED
+    return clock, run
+
+
+def test_a_run_whose_claim_reply_was_lost_runs_once_as_claimed(live, redis_client, proxy):
+    alpha = live["alpha"].tenant
+    clock, run = _queued_run(alpha, redis_client, retry={"max_attempts": 1})
+    with through(proxy):
+        cut = proxy.cut_after_request(CLAIM)
+        with schema_context(alpha.schema_name):
+            done = run_execute(
+                schema=alpha.schema_name,
+                run_id=str(run.id),
+                attempt=1,
+                worker="w:1",
+                clock=clock,
+            )
+    assert cut.is_set()  # the claim reached PostgreSQL, and its reply never came back
+    assert done == states.SUCCEEDED
+    [run] = runs_of(alpha)
+    assert (run.status, run.attempt, run.worker) == (states.SUCCEEDED, 1, "w:1")
+
+
+def test_a_claim_that_never_reached_the_server_hands_the_delivery_back(live, redis_client, proxy):
+    """Nothing is taken for claimed that was not: the delivery goes back, the run stays
+    `queued`, and the delivery's next coming claims it."""
+    alpha = live["alpha"].tenant
+    clock, run = _queued_run(alpha, redis_client)
+    claim = {
+        "schema": alpha.schema_name,
+        "run_id": str(run.id),
+        "attempt": 1,
+        "worker": "w:1",
+        "now": clock.now(),
+    }
+    with through(proxy):
+        cut = proxy.cut_after_request(CLAIM, deliver=False)
+        with pytest.raises(DatabaseUnavailable):
+            claim_or_requeue(sleep=lambda _s: None, **claim)
+    assert cut.is_set()
+    [after] = runs_of(alpha)
+    assert after.status == states.QUEUED
+    claimed = claim_or_requeue(**{**claim, "worker": "w:2"})
+    assert claimed is not None and claimed.attempt == 1
+    with schema_context(alpha.schema_name):
+        run.refresh_from_db()
+    assert (run.status, run.worker) == (states.RUNNING, "w:2")
+
+
+def test_another_workers_claim_is_not_taken_for_ones_own(live, redis_client, proxy):
+    """The run was claimed by another delivery meanwhile (a duplicate message): the
+    recovery finds no claim of its own and hands the delivery back."""
+    alpha = live["alpha"].tenant
+    clock, run = _queued_run(alpha, redis_client)
+    claim = {
+        "schema": alpha.schema_name,
+        "run_id": str(run.id),
+        "attempt": 1,
+        "now": clock.now(),
+    }
+    assert claim_or_requeue(worker="w:2", **claim) is not None
+    with through(proxy):
+        proxy.cut_after_request(CLAIM)
+        with pytest.raises(DatabaseUnavailable):
+            claim_or_requeue(sleep=lambda _s: None, worker="w:1", **claim)
+    [after] = runs_of(alpha)
+    assert (after.status, after.worker) == (states.RUNNING, "w:2")

@@ -191,7 +191,7 @@ class Lease:
 
     def try_acquire(self) -> bool:
         try:
-            if not self._lock.acquire(blocking=False):
+            if not self._take_lock():
                 return False
         except REDIS_ERRORS as exc:
             log_redis_unreachable(exc)
@@ -218,6 +218,23 @@ class Lease:
             epoch=self.epoch,
         )
         return True
+
+    def _take_lock(self) -> bool:
+        """The Redis lock, if free; or if it still names this process: a renewal whose reply
+        was lost, then a release that could not reach Redis, leave the key with this
+        process's token until it expires. python-redis-lock refuses to take it again
+        (AlreadyAcquired, which once raised out of every attempt until the key expired,
+        with no leader meanwhile, since no other process can take it either); it is
+        this process's, so its expiry is renewed and it is taken with a new epoch, as
+        after any other holder."""
+        try:
+            return bool(self._lock.acquire(blocking=False))
+        except redis_lock.AlreadyAcquired:
+            try:
+                self._lock.extend()
+            except redis_lock.NotAcquired:  # it expired meanwhile: free, taken next time
+                return False
+            return True
 
     def holds_lock(self) -> bool:
         """The Redis lock still names this process (one GET; False if Redis is away)."""

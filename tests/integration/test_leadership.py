@@ -195,3 +195,43 @@ def test_a_standby_that_cannot_reach_redis_says_so_and_does_not_lead(live, caplo
     process = _process(unreachable, FakeClock(START), "a:1")
     assert process.try_lead() is False
     assert "cannot reach Redis to take the lease" in caplog.text
+
+
+def test_a_lease_whose_release_could_not_reach_redis_is_taken_again_by_its_holder(
+    live, redis_client
+):
+    """A renewal and then the release that follows its failure meet a stalled link to Redis:
+    the key still names this process until it expires, and nobody else can take it.
+    python-redis-lock refused to take it again (AlreadyAcquired out of every attempt, so no
+    leader until the key expired); the holder now takes it at once, with a new epoch."""
+    import redis
+
+    from .helpers import StallingProxy
+
+    address = redis_client.connection_pool.connection_kwargs
+    proxy = StallingProxy(address.get("host", "127.0.0.1"), address.get("port", 6379))
+    proxied = redis.Redis(
+        host="127.0.0.1", port=proxy.port, db=address.get("db", 0), socket_timeout=0.3
+    )
+    try:
+        process = SchedulerProcess(
+            client=proxied,
+            clock=FakeClock(START),
+            config=EngineConfig(),
+            lease_seconds=10,
+            holder="a:1",
+        )
+        assert process.try_lead()
+        first = process.lease.epoch
+        proxy.stall()
+        with pytest.raises(LeaseLost):
+            process.lease.renew()
+        process.step_down("the renewal failed")  # its release cannot reach Redis either
+        proxy.flow()
+        assert redis_client.get(process.lease.lock_key).decode() == process.lease.token
+        assert process.try_lead()
+        assert process.lease.epoch == first + 1 == current_epoch()[0]
+        assert redis_client.ttl(process.lease.lock_key) > 5  # its expiry renewed
+        process.step_down("the test is over")
+    finally:
+        proxy.close()

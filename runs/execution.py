@@ -434,10 +434,12 @@ def _reconnect() -> None:
         connection.close()
 
 
-CLAIM_RECOVERY_TRIES = 4  # about 1.75 s of waiting, bounded
+# The pauses between the looks for a claim whose reply was lost (the first look is at
+# once): about 1.75 s in all, bounded.
+CLAIM_RECOVERY_PAUSES = (0.25, 0.5, 1.0)
 
 
-def claim_or_requeue(sleep=time.sleep, **claim) -> Claimed | None:
+def claim_or_requeue(**claim) -> Claimed | None:
     """Claim the run; if the connection fails, find out whether the claim committed before
     handing the delivery back. A claim whose reply was lost has moved the run to `running`
     under this process: the delivery handed back would claim nothing when it came again,
@@ -448,14 +450,13 @@ def claim_or_requeue(sleep=time.sleep, **claim) -> Claimed | None:
         return claim_run(**claim)
     except CONNECTION_ERRORS as exc:
         failure = exc
-    for try_number in range(1, CLAIM_RECOVERY_TRIES + 1):
+    for pause in (0.0, *CLAIM_RECOVERY_PAUSES):
+        time.sleep(pause)
         _reconnect()
         try:
             claimed = claim_made(**claim)
         except CONNECTION_ERRORS as exc:
             failure = exc
-            if try_number < CLAIM_RECOVERY_TRIES:
-                sleep(0.25 * 2 ** (try_number - 1))
             continue
         if claimed is not None:
             log_event(

@@ -95,7 +95,7 @@ def test_a_claim_that_never_reached_the_server_hands_the_delivery_back(live, red
     with through(proxy):
         cut = proxy.cut_after_request(CLAIM, deliver=False)
         with pytest.raises(DatabaseUnavailable):
-            claim_or_requeue(sleep=lambda _s: None, **claim)
+            claim_or_requeue(**claim)
     assert cut.is_set()
     [after] = runs_of(alpha)
     assert after.status == states.QUEUED
@@ -121,6 +121,6 @@ def test_another_workers_claim_is_not_taken_for_ones_own(live, redis_client, pro
     with through(proxy):
         proxy.cut_after_request(CLAIM)
         with pytest.raises(DatabaseUnavailable):
-            claim_or_requeue(sleep=lambda _s: None, worker="w:1", **claim)
+            claim_or_requeue(worker="w:1", **claim)
     [after] = runs_of(alpha)
     assert (after.status, after.worker) == (states.RUNNING, "w:2")

@@ -15,11 +15,20 @@ def test_a_claim_the_database_refused_goes_back_to_the_broker(monkeypatch):
     def refused(**_):
         raise OperationalError("terminating connection due to administrator command")
 
+    looks = []
+
+    def still_refused(**_):  # the look for a claim whose reply was lost
+        looks.append(1)
+        refused()
+
     monkeypatch.setattr(execution, "claim_run", refused)
+    monkeypatch.setattr(execution, "claim_made", still_refused)
+    monkeypatch.setattr(execution, "CLAIM_RECOVERY_PAUSES", (0, 0))
     monkeypatch.setattr(tasks, "REQUEUE_PAUSE_SECONDS", 0)
     with pytest.raises(Reject) as rejected:
         tasks.execute_run("t_alpha", "01a2311d-aa35-7e0c-a701-72eadcb3f64a", 1)
     assert rejected.value.requeue is True  # not acknowledged: the broker delivers it again
+    assert len(looks) == 3  # at once, then after each pause: bounded
 
 
 def test_a_finish_the_database_refused_is_tried_again_until_it_lands(monkeypatch):

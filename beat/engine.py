@@ -65,6 +65,9 @@ class EngineConfig:
     visibility_timeout_seconds: float = 300.0
     fire_chunk: int = 2000
     fire_chunk_schemas: int = 50  # tenant schemas one fire transaction touches at most
+    # With at least this many small tenants due in one fire, their runs are written first
+    # and published after, their schemas' statements grouped (beat/fire.py, ADR 0031).
+    fire_write_first_min_tenants: int = 50
     fire_lock_timeout_seconds: float = 0.1
     # The longest a fire waits for the broker to take its pushes while its fenced
     # transaction sits idle: under the leader session's idle-in-transaction bound, past

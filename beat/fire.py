@@ -41,6 +41,7 @@ from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
@@ -119,7 +120,7 @@ def fire(engine: Engine) -> FireStats:
     else:
         due = engine.runs.pop_due(now.timestamp(), limit=per_call)
         engine.fire_limited = False  # what is left is still due: the loop does not sleep
-    early = publish_first(engine, due, now, no_slot)
+    early = publish_first(engine, due, now, no_slot, _written_first(engine, due))
     for chunk in chunks(due, engine.config.fire_chunk, engine.config.fire_chunk_schemas):
         engine.checkpoint()
         _fire_chunk(engine, chunk, now, stats, no_slot, early)
@@ -129,10 +130,31 @@ def fire(engine: Engine) -> FireStats:
     return stats
 
 
+# A tenant with at most this many runs in a fire is small: with many of them at once, its
+# runs are written first and published after, schema statements grouped (ADR 0031).
+WRITE_FIRST_TENANT_RUNS = 10
+
+
+def _written_first(engine: Engine, due: list[Pending]) -> frozenset:
+    """The tenants whose runs the chunks write first and then publish, grouped: the small
+    tenants of a fire with at least `fire_write_first_min_tenants` of them. Publishing
+    first costs each schema a read before the push and a write after it, each planned by
+    PostgreSQL for that schema's tables: with thousands of tenants of a run or two due
+    together that planning, not the rows, was most of the fire (docs/benchmarks.md
+    "Tenants"), and one grouped write that returns what to publish plans each schema
+    once. A burst of a few large tenants still goes out before any write (ADR 0021)."""
+    counts = Counter(map(attrgetter("tenant_id"), due))
+    small = frozenset(t for t, n in counts.items() if n <= WRITE_FIRST_TENANT_RUNS)
+    return small if len(small) >= engine.config.fire_write_first_min_tenants else frozenset()
+
+
 @dataclass
 class Early:
     """Runs published before any of them was marked queued, and when."""
 
+    # The small tenants whose runs are not published first: the chunks write and publish
+    # them, their schemas grouped (`_written_first`).
+    written_first: frozenset = frozenset()
     entries: dict = field(default_factory=dict)  # run id -> its entry (message as pushed)
     at: dict = field(default_factory=dict)  # run id -> when its push ended
     pushes: list = field(default_factory=list)  # (entries, when their push ended), to index
@@ -147,7 +169,13 @@ class Early:
         self.pushes.clear()
 
 
-def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: frozenset) -> Early:
+def publish_first(
+    engine: Engine,
+    due: list[Pending],
+    now: datetime,
+    no_slot: frozenset,
+    written_first: frozenset = frozenset(),
+) -> Early:
     """The common case goes out before the writes: first attempts of active `allow` jobs
     are read and pushed at once, in due order (`_publish_group`), and only then do the
     chunks mark them queued. Marking 10,000 runs queued costs about 40 µs a
@@ -165,9 +193,17 @@ def publish_first(engine: Engine, due: list[Pending], now: datetime, no_slot: fr
     attempt (invariant 4). A first attempt is `scheduled` or past it (a retry is a later
     attempt, `retrying`, and not claimable before it is admitted, so it is marked first
     and published after, by the chunk). An edit that lands between the read and the
-    chunk is ordered after the fire, as one landing just after the chunk's commit was."""
-    early = Early()
-    if no_slot:
+    chunk is ordered after the fire, as one landing just after the chunk's commit was.
+
+    The runs of `written_first` tenants are left to the chunks (`_admit_written_first`)."""
+    early = Early(written_first=written_first)
+    if written_first:
+        eligible = [
+            e
+            for e in due
+            if e.attempt == 1 and e.run_id not in no_slot and e.tenant_id not in written_first
+        ]
+    elif no_slot:
         eligible = [e for e in due if e.attempt == 1 and e.run_id not in no_slot]
     else:  # the common case, without a set lookup (a UUID hash) per run
         eligible = [e for e in due if e.attempt == 1]
@@ -445,6 +481,10 @@ def _admit_all(
         store.set_local_lock_timeout(cursor, engine.config.fire_lock_timeout_seconds)
         if not isolate:  # schemas whose runs were all published first: one statement
             admitted.update(_admit_published(cursor, by_tenant, early))
+            # Small tenants' runs left unpublished: one statement writes and returns them.
+            admitted.update(
+                _admit_written_first(engine, cursor, by_tenant, admitted, now, no_slot, early)
+            )
         for (tenant_id, schema), entries in by_tenant.items():
             if (tenant_id, schema) in admitted:
                 continue
@@ -497,6 +537,63 @@ def _admit_published(
         cursor, [(schema, [e.run_id for e in out]) for (_t, schema), out in published.items()]
     )
     return {key: Admitted(queued=out) for key, out in published.items()}
+
+
+def _admit_written_first(
+    engine: Engine,
+    cursor,
+    by_tenant: dict[tuple[int, str], list[Pending]],
+    done: dict[tuple[int, str], Admitted],
+    now: datetime,
+    no_slot: frozenset,
+    early: Early,
+) -> dict[tuple[int, str], Admitted]:
+    """`_admit_schema` for several small tenants' schemas at once (ADR 0031): their runs
+    go to `queued` in one statement (`store.queue_unconstrained_of_schemas`), which
+    returns what to publish, and are pushed with the chunk's other messages before its
+    commit (as a retry is, ADR 0021); what it leaves (another concurrency policy, a paused
+    or deleted job, a misfire) is decided schema by schema as before. A schema with a run
+    published first or one the fair queue passed without a slot goes the usual way. A
+    failure here is nobody's own: the chunk is done again with each tenant isolated."""
+    if not early.written_first:
+        return {}
+    wanted = [
+        (key, entries)
+        for key, entries in by_tenant.items()
+        if key not in done
+        and key[0] in early.written_first
+        and not any(e.run_id in early.entries or e.run_id in no_slot for e in entries)
+    ]
+    if len(wanted) < 2:
+        return {}
+    found = store.queue_unconstrained_of_schemas(
+        cursor,
+        [
+            (
+                schema,
+                [e.run_id for e in entries],
+                [e.attempt for e in entries],
+                [e.run_id for e in entries if e.judge_lateness],
+            )
+            for (_t, schema), entries in wanted
+        ],
+        now,
+    )
+    out: dict[tuple[int, str], Admitted] = {}
+    for ((tenant_id, schema), entries), queued in zip(wanted, found, strict=True):
+        by_id = {e.run_id: e for e in entries}
+        result = Admitted(
+            queued=[
+                engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in queued
+            ]
+        )
+        moved = {q.run_id for q in queued}
+        rest = [e for e in entries if e.run_id not in moved]
+        if rest:
+            engine.checkpoint()
+            _admit_the_rest(engine, cursor, schema, rest, now, result, no_slot)
+        out[(tenant_id, schema)] = result
+    return out
 
 
 def _apply(

@@ -362,6 +362,7 @@ def _plan_one(engine: Engine, job: store.JobRow, now: datetime, horizon: datetim
         seed=job.hash_seed,
         jitter_seconds=job.jitter_seconds,
         paused_window=_paused_window(job),
+        window=now + timedelta(seconds=engine.config.lookahead_seconds),
     )
     if plan.dropped or plan.truncated_before:
         log.warning(

@@ -1,13 +1,15 @@
 """Which runs a job gets when the leader materialises it: pure, no Django, no Redis.
 
 A job's `next_run_at` is its first slot not yet materialised. Planning walks the slots
-from there up to the horizon (now + lookahead) and decides each one's fate:
+from there up to the horizon (now + lookahead + its extra, ADR 0030) and decides each one's
+fate:
 
 - a slot not later than `grace` behind `now` is on time: a `scheduled` run, due at the
   slot plus the job's deterministic jitter;
 - an older slot was missed (no leader, the job paused, the job re-enabled): the misfire
   policy decides (`skip`: all skipped; `run_once`: the latest runs unless an on-time slot
-  already does; `run_all`: the latest `max_catchup_runs` run, older ones are skipped);
+  within the lookahead (`window`; the extra's slots do not count) already does;
+  `run_all`: the latest `max_catchup_runs` run, older ones are skipped);
 - a slot the DST policy drops is a `skipped` run with reason `dst`, and one on a date of
   an exclusion calendar, `excluded`;
 - once the schedule has no slot left (a one-off that fired, an end passed), the plan's
@@ -88,7 +90,11 @@ def plan_job(
     seed: str,
     jitter_seconds: int = 0,
     paused_window: tuple[datetime, datetime] | None = None,
+    window: datetime | None = None,
 ) -> JobPlan:
+    """`window`: the end of the lookahead (the horizon if None). Only an on-time slot
+    within it stands in for a `run_once` catch-up: how far past it the plan reaches (the
+    extra) must not decide whether the missed slot runs."""
     plan = JobPlan()
     oldest_kept = now - timedelta(seconds=rules.max_age_seconds)
     start = next_run_at
@@ -112,7 +118,8 @@ def plan_job(
         else:
             due = slot.at + timedelta(seconds=jitter_seconds_for(seed, slot.at, jitter_seconds))
             on_time.append(PlannedRun(slot.at, due, states.SCHEDULED))
-    plan.runs = _decide_missed(list(missed), on_time, rules, now, paused_window) + on_time
+    soon = on_time if window is None else [r for r in on_time if r.scheduled_for <= window]
+    plan.runs = _decide_missed(list(missed), soon, rules, now, paused_window) + on_time
     return plan
 
 

@@ -147,3 +147,19 @@ def test_a_new_leader_fires_the_runs_the_last_one_prepared_past_the_lookahead(li
     assert set(prepared) <= {r.id for r in fired}
     slots = [r.scheduled_for for r in fired]
     assert slots == _every(slots[0], end, EVERY)
+
+
+def test_a_run_once_catch_up_is_not_cancelled_by_a_slot_in_the_extra(live, redis_client):
+    """No leader from 12:59 to 13:59:15: the hourly job's 13:00 slot was missed. With the
+    plan reaching 14:00:15, the 14:00 slot (45 s away, past the lookahead) must not stand
+    in for the `run_once` catch-up, as it would not have without the extra."""
+    alpha = live["alpha"].tenant
+    clock = FakeClock(utc(2026, 6, 1, 12, 59))
+    make_job(alpha, clock, schedule={"cron": "0 * * * *"}, misfire_policy="run_once")
+    clock.set(utc(2026, 6, 1, 13, 59, 15))
+    engine = _engine(redis_client, clock)
+    engine.materialise()
+    assert [(r.scheduled_for, r.status) for r in runs_of(alpha)] == [
+        (utc(2026, 6, 1, 13, 0), states.SCHEDULED),
+        (utc(2026, 6, 1, 14, 0), states.SCHEDULED),
+    ]

@@ -159,3 +159,26 @@ def test_interval_schedule_catches_many_slots_within_the_horizon():
     )
     assert len(p.runs) == 6
     assert p.next_run_at == T0 + timedelta(seconds=35)
+
+
+def test_run_once_catch_up_is_not_cancelled_by_a_slot_in_the_lookaheads_extra():
+    """The plan reaches past the lookahead (its extra, ADR 0030); only an on-time slot
+    within the lookahead stands in for the catch-up. Found by a review: an hourly job
+    resumed at 13:59:15 lost its 13:00 catch-up to the 14:00 slot, 45 s away, once the
+    plan reached 14:00:15."""
+    hourly = CronSchedule("0 * * * *", "UTC")
+    now = T0 + timedelta(hours=1, minutes=59, seconds=15)  # 13:59:15; cursor at 13:00
+    common = dict(schedule=hourly, next_run_at=T0 + timedelta(hours=1), now=now, seed="s")
+    common["rules"] = rules("run_once")
+    extended = plan_job(
+        horizon=now + timedelta(seconds=60), window=now + timedelta(seconds=30), **common
+    )
+    assert statuses(extended) == [("13:00", "scheduled", ""), ("14:00", "scheduled", "")]
+    # Within the lookahead itself an on-time slot still stands in for the catch-up.
+    later = now + timedelta(seconds=20)  # 13:59:35: 14:00 is 25 s away
+    within = plan_job(
+        horizon=later + timedelta(seconds=60),
+        window=later + timedelta(seconds=30),
+        **{**common, "now": later},
+    )
+    assert statuses(within) == [("13:00", "skipped", "misfire"), ("14:00", "scheduled", "")]

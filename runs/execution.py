@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django_tenants.utils import schema_context
 from psycopg import sql
+from psycopg_pool import PoolTimeout
 
 from core.clock import Clock, SystemClock
 from core.logs import log_event
@@ -104,17 +106,23 @@ WITH claimed AS (
 )
 # The claim this call made, if it committed although its reply was lost: the same row, the
 # same attempt, still `running` with this process as its worker and this call's `now` as
-# its start (a later claim by this process would have another). FOR UPDATE: a claim still
-# executing on the server when its connection broke holds the row; this waits for its end
-# and reads the row as it left it, rather than the row before it.
+# its start (a later claim by this process would have another). The row is locked by its
+# key alone, and the claim's conditions checked after: FOR UPDATE waits only for a row its
+# WHERE matches in its snapshot, and a claim still executing (waiting for the fire's lock,
+# say) has not yet made the row match; locked by key, the look waits for that claim's end
+# (bounded) and reads the row as it left it.
 CLAIM_RECOVERY_SQL = (
     """
-WITH claimed AS (
-    SELECT id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at
+WITH found AS (
+    SELECT id, job_id, attempt, scheduled_for, payload_override, trigger, dag_run, due_at,
+           status, worker, started_at
     FROM {runs}
-    WHERE id = %(run_id)s AND attempt = %(attempt)s AND status = {running}
-      AND worker = %(worker)s AND started_at = %(now)s
+    WHERE id = %(run_id)s AND set_config('lock_timeout', %(lock_timeout)s, true) IS NOT NULL
     FOR UPDATE
+), claimed AS (
+    SELECT * FROM found
+    WHERE attempt = %(attempt)s AND status = {running} AND worker = %(worker)s
+      AND started_at = %(now)s
 )"""
     + _CLAIMED_SQL
 )
@@ -162,7 +170,14 @@ def claim_made(
 ) -> Claimed | None:
     """The claim `claim_run` made with these arguments, if it committed (its reply lost
     with the connection), else None."""
-    params = {"now": now, "worker": worker, "run_id": run_id, "attempt": attempt, "schema": schema}
+    params = {
+        "now": now,
+        "worker": worker,
+        "run_id": run_id,
+        "attempt": attempt,
+        "schema": schema,
+        "lock_timeout": f"{ADMISSION_WAIT_SECONDS * 1000:.0f}",
+    }
     with connection.cursor() as cursor:
         cursor.execute(_claim_recovery_sql(schema), params)
         return _claimed(schema, run_id, cursor.fetchone())
@@ -434,44 +449,102 @@ def _reconnect() -> None:
         connection.close()
 
 
-# The pauses between the looks for a claim whose reply was lost (the first look is at
-# once): about 1.75 s in all, bounded.
-CLAIM_RECOVERY_PAUSES = (0.25, 0.5, 1.0)
+# How long a worker looks for a claim whose reply was lost, at most (then the delivery goes
+# back to the broker, and a claim that did commit waits for the reaper, as before).
+CLAIM_RECOVERY_SECONDS = 10.0
 
 
 def claim_or_requeue(**claim) -> Claimed | None:
-    """Claim the run; if the connection fails, find out whether the claim committed before
-    handing the delivery back. A claim whose reply was lost has moved the run to `running`
-    under this process: the delivery handed back would claim nothing when it came again,
-    and the run would wait for the reaper (a visibility timeout, and one of its attempts,
-    so a job of one attempt went `dead` without running). So the claim is looked for, a
-    few times while the database does not answer; found, the run goes on as claimed."""
+    """Claim the run; if the connection is lost with the claim in flight, find out whether
+    the claim committed before handing the delivery back. A claim whose reply was lost has
+    moved the run to `running` under this process: the delivery handed back would claim
+    nothing when it came again, and the run would wait for the reaper (a visibility
+    timeout, and one of its attempts, so a job of one attempt went `dead` without running).
+    So the claim is looked for, for up to CLAIM_RECOVERY_SECONDS; found, the run goes on as
+    claimed. An error that says the claim did not commit (one the server reported, such as
+    a lock timeout; no connection from the pool) hands the delivery back at once."""
+    try:
+        connection.ensure_connection()
+        backend = _backend_pid()
+    except CONNECTION_ERRORS as exc:  # no claim was sent
+        _reconnect()
+        raise DatabaseUnavailable(str(exc)) from exc
     try:
         return claim_run(**claim)
     except CONNECTION_ERRORS as exc:
         failure = exc
-    for pause in (0.0, *CLAIM_RECOVERY_PAUSES):
-        time.sleep(pause)
-        _reconnect()
+        if not outcome_unknown(exc):
+            _reconnect()
+            raise DatabaseUnavailable(str(exc)) from exc
+    deadline = time.monotonic() + CLAIM_RECOVERY_SECONDS
+    pause = 0.1
+    while True:
+        _reconnect()  # a fresh connection each look (a pool may hand out dead ones)
         try:
+            _wait_for_backend(backend, deadline)
             claimed = claim_made(**claim)
         except CONNECTION_ERRORS as exc:
             failure = exc
-            continue
-        if claimed is not None:
-            log_event(
-                log,
-                "worker.claim_recovered",
-                "run %s attempt %s: the claim's reply was lost, the claim had committed",
-                claim["run_id"],
-                claim["attempt"],
-                run_id=claim["run_id"],
-                attempt=claim["attempt"],
-            )
-            return claimed
-        break  # the claim did not commit: the delivery goes back and claims again
+        else:
+            if claimed is not None:
+                log_event(
+                    log,
+                    "worker.claim_recovered",
+                    "run %s attempt %s: the claim's reply was lost, the claim had committed",
+                    claim["run_id"],
+                    claim["attempt"],
+                    run_id=claim["run_id"],
+                    attempt=claim["attempt"],
+                )
+                return claimed
+            break  # the claim did not commit: the delivery goes back and claims again
+        if time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
     _reconnect()
     raise DatabaseUnavailable(str(failure)) from failure
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a statement that failed this way may have committed: the connection was lost
+    with it in flight (no SQLSTATE, a connection-class or shutdown SQLSTATE). An error the
+    server reported about the statement, a connection Django knew closed, or a pool that
+    gave no connection mean it did not."""
+    if isinstance(exc, InterfaceError):
+        return False
+    cause = exc.__cause__ or exc
+    if isinstance(cause, PoolTimeout):
+        return False
+    state = getattr(cause, "sqlstate", None)
+    return state is None or state.startswith(("08", "57P"))
+
+
+def _backend_pid() -> int | None:
+    """The server process of this connection: where a claim lost with the connection may
+    still be executing. None behind a transaction pooler (there it is the pooler's)."""
+    if settings.DB_TRANSACTION_POOLING or connection.connection is None:
+        return None
+    return getattr(getattr(connection.connection, "info", None), "backend_pid", None)
+
+
+def _wait_for_backend(pid: int | None, deadline: float) -> None:
+    """A claim lost with its connection may still be executing in its server process (a
+    statement whose client is gone runs on until it tries to reply): a look before its end
+    could find the row as it was, and the claim commit afterwards, unseen. So wait, up to
+    the deadline, until that process runs no statement."""
+    if pid is None:
+        return
+    pause = 0.05
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid]
+            )
+            if cursor.fetchone() is None:
+                return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
 
 
 def finish_with_retries(

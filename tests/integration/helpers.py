@@ -138,12 +138,15 @@ class StallingProxy:
         self.split_sent = threading.Event()
         return self.split_sent
 
-    def cut_after_request(self, marker: bytes, *, deliver: bool = True) -> threading.Event:
+    def cut_after_request(
+        self, marker: bytes, *, deliver: bool = True, at_reply: bool = True
+    ) -> threading.Event:
         """The next request holding `marker` reaches the server (`deliver`) or not; either
         way its connection is then cut both ways before any reply reaches the client (a
-        link that failed just after the request: the client cannot know whether it ran).
-        The event is set once the connection is cut."""
-        self._cut, self._cut_deliver = marker, deliver
+        link that failed just after the request: the client cannot know whether it ran):
+        when the reply comes (`at_reply`), or at once, the statement still executing. The
+        event is set once the connection is cut."""
+        self._cut, self._cut_deliver, self._cut_at_reply = marker, deliver, at_reply
         self._cut_armed = False
         self.cut_done = threading.Event()
         return self.cut_done
@@ -198,6 +201,11 @@ class StallingProxy:
                     self._cut = None
                     self._cut_armed = True
                     if not self._cut_deliver:
+                        self._cut_both(src, dst)
+                        return
+                    if not self._cut_at_reply:
+                        dst.sendall(data)
+                        self._cut_armed = False
                         self._cut_both(src, dst)
                         return
                 elif replies and self._cut_armed:

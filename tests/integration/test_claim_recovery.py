@@ -12,6 +12,8 @@ connection after the claim reached the server, before its reply came back.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 
 import pytest
 from django.db import connection
@@ -21,7 +23,7 @@ from core.clock import FakeClock
 from runs import states
 from runs.execution import DatabaseUnavailable, claim_or_requeue, run_execute
 
-from .helpers import StallingProxy, make_job, new_engine, runs_of, utc
+from .helpers import StallingProxy, make_job, new_engine, other_connection, runs_of, utc
 
 START = utc(2026, 6, 1, 12, 0)
 SLOT = utc(2026, 6, 1, 12, 1)
@@ -124,3 +126,48 @@ def test_another_workers_claim_is_not_taken_for_ones_own(live, redis_client, pro
             claim_or_requeue(worker="w:1", **claim)
     [after] = runs_of(alpha)
     assert (after.status, after.worker) == (states.RUNNING, "w:2")
+
+
+def test_a_claim_cut_off_while_it_waits_for_the_fires_lock_is_found_once_it_commits(
+    live, redis_client, proxy
+):
+    """The claim reached PostgreSQL and waits there for a row lock (a fire holding the
+    run); its connection is cut meanwhile. The server runs it on once the lock goes, and it
+    commits: the worker's look must wait for that, not read the row as it was (then hand
+    the delivery back, the claim committing unseen behind it)."""
+    alpha = live["alpha"].tenant
+    clock, run = _queued_run(alpha, redis_client, retry={"max_attempts": 1})
+    holder = other_connection()
+    holder.execute(
+        f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [run.id]
+    )
+    result: dict = {}
+
+    def claim() -> None:
+        with through(proxy):
+            try:
+                result["claimed"] = claim_or_requeue(
+                    schema=alpha.schema_name,
+                    run_id=str(run.id),
+                    attempt=1,
+                    worker="w:1",
+                    now=clock.now(),
+                )
+            except Exception as exc:  # reported below
+                result["error"] = exc
+
+    cut = proxy.cut_after_request(CLAIM, at_reply=False)
+    worker = threading.Thread(target=claim)
+    try:
+        worker.start()
+        assert cut.wait(5)  # the claim is on the server, waiting for the row; its link is gone
+        time.sleep(0.5)  # the worker is looking meanwhile
+    finally:
+        holder.rollback()  # the fire commits: the claim goes on, and commits
+        holder.close()
+    worker.join(15)
+    assert not worker.is_alive()
+    assert "error" not in result, result
+    assert result["claimed"] is not None and result["claimed"].attempt == 1
+    [after] = runs_of(alpha)
+    assert (after.status, after.worker) == (states.RUNNING, "w:1")

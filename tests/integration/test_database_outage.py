@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from celery.exceptions import Reject
 from django.db import OperationalError
@@ -11,24 +13,60 @@ from runs import execution, tasks
 from runs.outcomes import Decision, Outcome
 
 
-def test_a_claim_the_database_refused_goes_back_to_the_broker(monkeypatch):
-    def refused(**_):
-        raise OperationalError("terminating connection due to administrator command")
-
-    looks = []
-
-    def still_refused(**_):  # the look for a claim whose reply was lost
-        looks.append(1)
-        refused()
-
-    monkeypatch.setattr(execution, "claim_run", refused)
-    monkeypatch.setattr(execution, "claim_made", still_refused)
-    monkeypatch.setattr(execution, "CLAIM_RECOVERY_PAUSES", (0, 0))
-    monkeypatch.setattr(tasks, "REQUEUE_PAUSE_SECONDS", 0)
+def _requeued() -> None:
     with pytest.raises(Reject) as rejected:
         tasks.execute_run("t_alpha", "01a2311d-aa35-7e0c-a701-72eadcb3f64a", 1)
     assert rejected.value.requeue is True  # not acknowledged: the broker delivers it again
-    assert len(looks) == 3  # at once, then after each pause: bounded
+
+
+def test_a_claim_the_database_refused_goes_back_to_the_broker(monkeypatch):
+    def refused():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(execution.connection, "ensure_connection", refused)
+    monkeypatch.setattr(tasks, "REQUEUE_PAUSE_SECONDS", 0)
+    _requeued()
+
+
+def test_a_claim_lost_in_flight_is_looked_for_a_bounded_time_then_goes_back(monkeypatch):
+    """The connection broke with the claim in flight (no SQLSTATE): it may have committed,
+    so the worker looks for it while the database does not answer, for a bounded time."""
+    looks = []
+
+    def lost(**_):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    def still_down(**_):
+        looks.append(1)
+        lost()
+
+    monkeypatch.setattr(execution.connection, "ensure_connection", lambda: None)
+    monkeypatch.setattr(execution, "claim_run", lost)
+    monkeypatch.setattr(execution, "claim_made", still_down)
+    monkeypatch.setattr(execution, "CLAIM_RECOVERY_SECONDS", 0.5)
+    monkeypatch.setattr(tasks, "REQUEUE_PAUSE_SECONDS", 0)
+    started = time.monotonic()
+    _requeued()
+    assert len(looks) >= 2 and time.monotonic() - started < 2
+
+
+def test_a_claim_the_server_refused_is_not_looked_for(monkeypatch):
+    """A lock timeout is the server's answer: the claim did not commit, and the delivery
+    goes back at once."""
+    looks = []
+
+    class LockTimeout(Exception):
+        sqlstate = "55P03"
+
+    def timed_out(**_):
+        raise OperationalError("canceling statement due to lock timeout") from LockTimeout()
+
+    monkeypatch.setattr(execution.connection, "ensure_connection", lambda: None)
+    monkeypatch.setattr(execution, "claim_run", timed_out)
+    monkeypatch.setattr(execution, "claim_made", lambda **_: looks.append(1))
+    monkeypatch.setattr(tasks, "REQUEUE_PAUSE_SECONDS", 0)
+    _requeued()
+    assert looks == []
 
 
 def test_a_finish_the_database_refused_is_tried_again_until_it_lands(monkeypatch):

@@ -211,7 +211,7 @@ class Engine:
         """Runs waiting in PostgreSQL but not in this leader's memory join the heap.
 
         A tenant this engine has not read whole yet (every tenant at takeover, `force`) is
-        read for every run due within the window plus the largest jitter: a jittered run,
+        read for every run due within the window, its extra and the largest jitter: a jittered run,
         due up to an hour after its slot entered the window, was held only by the leader
         that made it, and must be held again before its instant, not judged late once
         overdue (retries due later, reaped ones included, wait in the runs index).

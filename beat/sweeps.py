@@ -11,8 +11,8 @@ that statement fails, the chunk is done again one tenant at a time, each isolate
 
 - relay: runs waiting in PostgreSQL (`scheduled`/`retrying`) but not in memory (a leader
   died between materialising and publishing, or an index write was lost) join the heap
-  (invariant 2): every waiting run due within the window plus the largest jitter (an
-  hour) of a tenant the leader has not read whole yet (all of them at takeover), else
+  (invariant 2): every waiting run due within the window, its extra and the largest
+  jitter (an hour) of a tenant the leader has not read whole yet (all of them at takeover), else
   only overdue ones; each periodic pass
   also admits held `queue`-policy runs again, so none stays held if the wake-up that
   should release it was lost.
@@ -190,7 +190,7 @@ def any_waiting_query(schema: str) -> sql.Composable:
 def relay_chunk(engine: Engine, chunk: Tenants, *, overdue: datetime) -> int:
     """Waiting runs that the leader does not hold. A tenant it has not read whole yet
     (every tenant at takeover, one its back-off kept out until it is read) is read for
-    every run due within the window plus the largest jitter: the leader that prepared a
+    every run due within the window, its extra and the largest jitter: the leader that prepared a
     run far ahead (jitter of up to an hour) held it only in its memory, and found once
     overdue it would be judged late. Retries due later wait in the runs index. The others
     are asked only for runs due by `overdue`."""

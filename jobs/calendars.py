@@ -1,7 +1,7 @@
 """Exclusion calendars: a tenant's named sets of dates that jobs skip (public holidays, a
 change freeze). Actions for the API and the portal, in the current tenant schema; each
 writes an audit record. A change to a calendar is a change to the schedule of every job
-attached to it: their prepared runs inside the lookahead window are brought in line
+attached to it: their prepared runs (the lookahead window and its extra) are brought in line
 (`jobs.signals.schedule_changed`) and the leader re-materialises from the first slot not
 yet planned (slots missed while a job was paused still go to its misfire policy).
 """

@@ -1,7 +1,7 @@
 """Which already-materialised runs of a job survive an edit of its schedule: pure.
 
-The leader materialises slots ahead of time (its lookahead window). When an edit lands
-inside that window, each run prepared for a slot after the edit must match the new
+The leader materialises slots ahead of time (its lookahead window and its extra). When an
+edit lands inside that window, each run prepared for a slot after the edit must match the new
 schedule exactly (same slot, same fate, same due time with the job's jitter), or go: a run
 that matches is kept (its id stays, and the leader fires it with the job as edited), one
 that does not is removed so that the leader materialises the slot afresh, or not at all.

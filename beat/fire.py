@@ -2,7 +2,9 @@
 
 First attempts of active `allow` jobs (the common case) are read, published, and only
 then marked queued (`publish_first`): the writes are most of the fire's cost, and need not
-stand between the due instant and the broker.
+stand between the due instant and the broker. Except with many small tenants due at once
+(ADR 0031): their runs are written first and published after, one statement for all their
+schemas in a chunk, since there each schema's planning, not the rows, is the cost.
 
 Then runs go in chunks of `fire_chunk`, oldest first, each chunk in ONE fenced transaction
 across schemas: one commit per chunk rather than one per tenant, and the first chunk is out
@@ -61,7 +63,8 @@ if TYPE_CHECKING:
 
 
 # Runs a call admits at most, in chunks: 100,000. Every admitted first attempt of an
-# `allow` job is published before any chunk writes (`publish_first`), so a burst split
+# `allow` job (but many small tenants', ADR 0031) is published before any chunk writes
+# (`publish_first`), so a burst split
 # over several calls had each call's writes (about 40 µs a run) between its messages and
 # the next call's: 100,000 due in one second reached p99 10.4 s in calls of 10,000.
 FIRE_CHUNKS_PER_CALL = 50
@@ -483,7 +486,9 @@ def _admit_all(
             admitted.update(_admit_published(cursor, by_tenant, early))
             # Small tenants' runs left unpublished: one statement writes and returns them.
             admitted.update(
-                _admit_written_first(engine, cursor, by_tenant, admitted, now, no_slot, early)
+                _admit_written_first(
+                    engine, cursor, by_tenant, admitted, now, no_slot, early, reached
+                )
             )
         for (tenant_id, schema), entries in by_tenant.items():
             if (tenant_id, schema) in admitted:
@@ -547,14 +552,17 @@ def _admit_written_first(
     now: datetime,
     no_slot: frozenset,
     early: Early,
+    reached: list[tuple[int, str]] | None = None,
 ) -> dict[tuple[int, str], Admitted]:
     """`_admit_schema` for several small tenants' schemas at once (ADR 0031): their runs
-    go to `queued` in one statement (`store.queue_unconstrained_of_schemas`), which
+    go to `queued` in one statement (`store.queue_first_attempts_of_schemas`), which
     returns what to publish, and are pushed with the chunk's other messages before its
     commit (as a retry is, ADR 0021); what it leaves (another concurrency policy, a paused
     or deleted job, a misfire) is decided schema by schema as before. A schema with a run
     published first or one the fair queue passed without a slot goes the usual way. A
-    failure here is nobody's own: the chunk is done again with each tenant isolated."""
+    failure of the grouped statement is nobody's own: the chunk is done again with each
+    tenant isolated; one of a schema's own statements after it is that tenant's
+    (`reached`), which then backs off at once."""
     if not early.written_first:
         return {}
     wanted = [
@@ -566,22 +574,25 @@ def _admit_written_first(
     ]
     if len(wanted) < 2:
         return {}
-    found = store.queue_unconstrained_of_schemas(
+    # The common case goes to the grouped statement: first attempts held from before their
+    # instant. Retries and runs that may have waited with no leader (the misfire policy
+    # judges those) go through the full decision below, as the statement's leftovers do.
+    plain = [
+        [e for e in entries if e.attempt == 1 and not e.judge_lateness] for _k, entries in wanted
+    ]
+    grouped = [n for n, runs in enumerate(plain) if runs]
+    found = store.queue_first_attempts_of_schemas(
         cursor,
         [
-            (
-                schema,
-                [e.run_id for e in entries],
-                [e.attempt for e in entries],
-                [e.run_id for e in entries if e.judge_lateness],
-            )
-            for (_t, schema), entries in wanted
+            (wanted[n][0][1], [e.run_id for e in plain[n]], [e.job_id for e in plain[n]])
+            for n in grouped
         ],
-        now,
     )
+    queued_of: dict[int, list[store.Queued]] = dict(zip(grouped, found, strict=True))
     out: dict[tuple[int, str], Admitted] = {}
-    for ((tenant_id, schema), entries), queued in zip(wanted, found, strict=True):
+    for n, ((tenant_id, schema), entries) in enumerate(wanted):
         by_id = {e.run_id: e for e in entries}
+        queued = queued_of.get(n, [])
         result = Admitted(
             queued=[
                 engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in queued
@@ -591,8 +602,12 @@ def _admit_written_first(
         rest = [e for e in entries if e.run_id not in moved]
         if rest:
             engine.checkpoint()
+            if reached is not None:
+                reached.append((tenant_id, schema))
             _admit_the_rest(engine, cursor, schema, rest, now, result, no_slot)
         out[(tenant_id, schema)] = result
+    if reached is not None:
+        reached.clear()  # past these tenants: a failure from here on is nobody's own
     return out
 
 

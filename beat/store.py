@@ -497,27 +497,48 @@ def queue_unconstrained_sql(schema: str) -> sql.Composable:
     )
 
 
-def queue_unconstrained_of_schemas(
-    cursor, wanted: list[tuple[str, list, list[int], list]], now: datetime
+@per_schema
+def _first_attempts_queued_sql(schema: str) -> sql.Composable:
+    """First attempts still `scheduled` of active, unpaused `allow` jobs to `queued`. Both
+    tables are reached by key from the given arrays (runs and their jobs), so the plan
+    cannot walk a tenant's jobs whatever its statistics (see `queue_unconstrained`); and
+    the target table is planned once, not twice as in `queue_unconstrained_sql`."""
+    return sql.SQL(
+        """
+        UPDATE {runs} r SET status = {queued}, queued_at = now()
+        FROM {jobs} j
+        WHERE r.id = ANY(%s::uuid[]) AND r.attempt = 1 AND r.status = {scheduled}
+          AND j.id = ANY(%s::bigint[]) AND j.id = r.job_id
+          AND j.concurrency_policy = 'allow' AND j.deleted_at IS NULL AND NOT j.paused
+        RETURNING r.id, j.priority, j.timeout_seconds
+        """
+    ).format(runs=table(schema, "runs_run"), jobs=table(schema, "jobs_job"), **STATUS)
+
+
+def queue_first_attempts_of_schemas(
+    cursor, wanted: list[tuple[str, list, list[int]]]
 ) -> list[list[Queued]]:
-    """`queue_unconstrained` of several schemas in ONE statement (a data-modifying CTE
-    each, all run to completion), in the order of `wanted`: (schema, run ids, attempts,
-    judged ids). With thousands of small tenants due at once, a statement per schema (or a
-    read before the publication and a write after it, ADR 0021) costs PostgreSQL's
-    planning of each schema's tables once more per statement."""
+    """Several schemas' first attempts of active, unpaused `allow` jobs moved to `queued` in
+    ONE statement (a data-modifying CTE each, all run to completion), in the order of
+    `wanted`: (schema, run ids, their job ids). Returns each schema's runs moved, with
+    what their messages depend on; the others are left as they were (another policy, a
+    paused or deleted job, a run an edit removed) for the full admission. With thousands of
+    small tenants due at once, PostgreSQL's planning of each schema's tables is most of
+    the cost: this plans each schema once, where a read before the publication and a write
+    after it (ADR 0021) planned it twice (`make bench ARGS="schema-statements"`)."""
     ctes = sql.SQL(", ").join(
-        sql.SQL("q{n} AS ({query})").format(n=sql.SQL(str(n)), query=queue_unconstrained_sql(s))
-        for n, (s, *_rest) in enumerate(wanted)
+        sql.SQL("q{n} AS ({query})").format(
+            n=sql.SQL(str(n)), query=_first_attempts_queued_sql(schema)
+        )
+        for n, (schema, _runs, _jobs) in enumerate(wanted)
     )
     reads = sql.SQL(" UNION ALL ").join(
         sql.SQL("SELECT {n}, q{n}.* FROM q{n}").format(n=sql.SQL(str(n)))
         for n in range(len(wanted))
     )
-    params = [
-        param
-        for _schema, run_ids, attempts, judged in wanted
-        for param in queue_unconstrained_params(run_ids, attempts, judged, now)
-    ]
+    params: list = []
+    for _schema, run_ids, job_ids in wanted:
+        params += [uuid_array(run_ids), pg_array(sorted(set(job_ids)))]
     cursor.execute(sql.SQL("WITH {} {}").format(ctes, reads), params)
     found: list[list[Queued]] = [[] for _ in wanted]
     for n, *row in cursor.fetchall():

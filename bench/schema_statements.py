@@ -1,7 +1,9 @@
 """What one leader statement over a chunk of tenant schemas costs: the grouped job lock of a
 materialise (`store.lock_jobs_of_schemas`), the same lock as it was before ADR 0024 (the
-jobs' exclusion calendars read in it by a correlated subquery), and the relay sweep's
-check of a chunk (`sweeps.any_waiting_query`). Each is timed through Django as the leader
+jobs' exclusion calendars read in it by a correlated subquery), the relay sweep's
+check of a chunk (`sweeps.any_waiting_query`), and the fire's statements for small
+tenants' first attempts (the read and the write of a publication first, ADR 0021, against
+the one write of ADR 0031). Each is timed through Django as the leader
 runs it, cold (the first statement of a fresh session over schemas it has not touched:
 their catalog entries are loaded) and warm (the median of `repeats` more); the lock is
 explained (PostgreSQL's planning and execution time), and the Python that composes it is
@@ -68,6 +70,28 @@ def _job_ids(schemas: list[str]) -> list[tuple[str, list[int]]]:
         return [(s, [i] if i is not None else []) for s, i in cursor.fetchall()]
 
 
+def _run_ids(schemas: list[str]) -> list[tuple[str, list, list[int]]]:
+    """A run of each schema (its latest) and its job: what the fire's statements are given."""
+    query = sql.SQL(" UNION ALL ").join(
+        sql.SQL("(SELECT {s}, id, job_id FROM {runs} ORDER BY scheduled_for DESC LIMIT 1)").format(
+            s=sql.Literal(s), runs=table(s, "runs_run")
+        )
+        for s in schemas
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        found = {s: ([i], [j]) for s, i, j in cursor.fetchall()}
+    return [(s, *found.get(s, ([], []))) for s in schemas]
+
+
+def _read_then_mark(wanted: list[tuple[str, list, list[int]]]) -> None:
+    """The fire's two statements for first attempts published first (ADR 0021, 0023): the
+    read before the push, and the write after it (one transaction each in the leader)."""
+    cursor = connection.cursor()
+    store.publishable_runs_of_schemas(cursor, [(s, runs) for s, runs, _jobs in wanted])
+    store.mark_published_queued_of_schemas(cursor, [(s, runs) for s, runs, _jobs in wanted])
+
+
 def _timed(run, repeats: int) -> dict:
     """Cold: the first call in a fresh session; warm: the median of `repeats` more."""
     connection.close()
@@ -119,10 +143,11 @@ def run(schemas: int = 25, repeats: int = 5, tenants: int = 100) -> dict:
 
 
 def _run(schemas: int, repeats: int, tenants: int) -> dict:
-    count = max(tenants, 3 * schemas)
+    count = max(tenants, 5 * schemas)
     all_tenants, made = bench_m_tenants(count)
     names = [t.schema_name for t in all_tenants]
-    slices = [names[n * schemas : (n + 1) * schemas] for n in range(3)]
+    slices = [names[n * schemas : (n + 1) * schemas] for n in range(5)]
+    published, written = _run_ids(slices[3]), _run_ids(slices[4])
     locks, bare = (_job_ids(s) for s in slices[:2])
     now = datetime.now(UTC)
     chunk = [(n, s) for n, s in enumerate(slices[2])]
@@ -136,6 +161,12 @@ def _run(schemas: int, repeats: int, tenants: int) -> dict:
         ),
         "relay_check": _timed(
             lambda: sweeps.rows_by_tenant(chunk, sweeps.any_waiting_query, [now]), repeats
+        ),
+        # The fire's statements for small tenants' first attempts: published first (a read,
+        # then a write), or written first (ADR 0031). Rolled back, as the rest.
+        "fire_read_then_mark": _timed(lambda: _read_then_mark(published), repeats),
+        "fire_write_first": _timed(
+            lambda: store.queue_first_attempts_of_schemas(connection.cursor(), written), repeats
         ),
     }
     result["lock_explained"] = _explained(locks)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django_tenants.utils import schema_context
@@ -469,6 +470,7 @@ def claim_or_requeue(**claim) -> Claimed | None:
     except CONNECTION_ERRORS as exc:  # no claim was sent
         _reconnect()
         raise DatabaseUnavailable(str(exc)) from exc
+    failure: BaseException
     try:
         return claim_run(**claim)
     except CONNECTION_ERRORS as exc:
@@ -476,6 +478,10 @@ def claim_or_requeue(**claim) -> Claimed | None:
         if not outcome_unknown(exc):
             _reconnect()
             raise DatabaseUnavailable(str(exc)) from exc
+    except SoftTimeLimitExceeded as exc:
+        # Out of time with the claim in flight (waiting for a row lock, say): the statement
+        # runs on in the server and may commit, so it is looked for like a lost reply.
+        failure = exc
     deadline = time.monotonic() + CLAIM_RECOVERY_SECONDS
     pause = 0.1
     while True:
@@ -483,7 +489,9 @@ def claim_or_requeue(**claim) -> Claimed | None:
         try:
             _wait_for_backend(backend, deadline)
             claimed = claim_made(**claim)
-        except CONNECTION_ERRORS as exc:
+        except (*CONNECTION_ERRORS, SoftTimeLimitExceeded) as exc:
+            # A soft time limit fires once per task: it must not end the look, whose end
+            # decides whether the delivery may go back.
             failure = exc
         else:
             if claimed is not None:
@@ -525,24 +533,40 @@ def _backend_pid() -> int | None:
     still be executing. None behind a transaction pooler (there it is the pooler's)."""
     if settings.DB_TRANSACTION_POOLING or connection.connection is None:
         return None
-    return getattr(getattr(connection.connection, "info", None), "backend_pid", None)
+    try:
+        return connection.connection.info.backend_pid
+    except Exception:  # a connection already finished: nothing to wait for
+        return None
+
+
+# That process, only while it runs a claim of this role (a pid reused by another process,
+# or a session pooler's own pid, matches nothing here).
+_CLAIM_IN_FLIGHT_SQL = """
+SELECT 1 FROM pg_stat_activity
+WHERE pid = %s AND pid <> pg_backend_pid() AND state = 'active'
+  AND usename = current_user AND backend_type = 'client backend'
+  AND query LIKE '%%WITH claimed AS%%'
+"""
 
 
 def _wait_for_backend(pid: int | None, deadline: float) -> None:
     """A claim lost with its connection may still be executing in its server process (a
     statement whose client is gone runs on until it tries to reply): a look before its end
-    could find the row as it was, and the claim commit afterwards, unseen. So wait, up to
-    the deadline, until that process runs no statement."""
+    could find the row as it was, and the claim commit afterwards, unseen. So wait until
+    that process runs no claim; past half the time left, end it (it is this worker's own
+    claim, orphaned: ended, it commits nothing, and the look that follows is definitive)."""
     if pid is None:
         return
     pause = 0.05
+    end_at = time.monotonic() + (deadline - time.monotonic()) / 2
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND state = 'active'", [pid]
-            )
+            cursor.execute(_CLAIM_IN_FLIGHT_SQL, [pid])
             if cursor.fetchone() is None:
                 return
+            if time.monotonic() >= end_at:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+                end_at = deadline
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
 

@@ -16,11 +16,12 @@ import threading
 import time
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection
 from django_tenants.utils import schema_context
 
 from core.clock import FakeClock
-from runs import states
+from runs import execution, states
 from runs.execution import DatabaseUnavailable, claim_or_requeue, run_execute
 
 from .helpers import StallingProxy, make_job, new_engine, other_connection, runs_of, utc
@@ -171,3 +172,55 @@ def test_a_claim_cut_off_while_it_waits_for_the_fires_lock_is_found_once_it_comm
     assert result["claimed"] is not None and result["claimed"].attempt == 1
     [after] = runs_of(alpha)
     assert (after.status, after.worker) == (states.RUNNING, "w:1")
+
+
+def test_an_orphaned_claim_still_waiting_is_ended_so_the_delivery_goes_back_cleanly(
+    live, redis_client, proxy, monkeypatch
+):
+    """The claim waits on the server for a row lock held longer than the worker looks: the
+    worker ends its own orphaned claim (it commits nothing) before handing the delivery
+    back, so the run stays `queued` for the delivery's next coming, instead of the claim
+    committing afterwards, unseen, and the run waiting for the reaper."""
+    monkeypatch.setattr(execution, "CLAIM_RECOVERY_SECONDS", 2.0)
+    alpha = live["alpha"].tenant
+    clock, run = _queued_run(alpha, redis_client)
+    holder = other_connection()
+    holder.execute(
+        f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [run.id]
+    )
+    claim = {
+        "schema": alpha.schema_name,
+        "run_id": str(run.id),
+        "attempt": 1,
+        "worker": "w:1",
+        "now": clock.now(),
+    }
+    try:
+        with through(proxy):
+            proxy.cut_after_request(CLAIM, at_reply=False)
+            with pytest.raises(DatabaseUnavailable):
+                claim_or_requeue(**claim)
+    finally:
+        holder.rollback()  # the lock goes: an orphaned claim still alive would commit now
+        holder.close()
+    time.sleep(0.3)
+    [after] = runs_of(alpha)
+    assert (after.status, after.worker) == (states.QUEUED, "")
+    assert claim_or_requeue(**{**claim, "worker": "w:2"}) is not None  # the next coming
+
+
+def test_a_soft_time_limit_during_the_claim_looks_for_it_before_handing_back(monkeypatch):
+    """Celery's soft limit (the job's timeout, counted from the task's start) fires while
+    the claim waits on the server: the claim may still commit there, so it is looked for
+    like a lost reply, and one that committed runs."""
+    found = object()
+
+    def out_of_time(**_):
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(execution.connection, "ensure_connection", lambda: None)
+    monkeypatch.setattr(execution, "_backend_pid", lambda: None)
+    monkeypatch.setattr(execution, "claim_run", out_of_time)
+    monkeypatch.setattr(execution, "claim_made", lambda **_: found)
+    claimed = claim_or_requeue(schema="t_alpha", run_id="r", attempt=1, worker="w", now=None)
+    assert claimed is found

@@ -197,6 +197,10 @@ if any(_timeouts.values()):
     _db.setdefault("OPTIONS", {})["options"] = " ".join(
         f"-c {name}={int(seconds * 1000)}" for name, seconds in _timeouts.items() if seconds
     )
+# Connecting is bounded too: without it libpq waits for the operating system (psycopg's own
+# default is 130 s), and a worker or leader reconnecting to a host that vanished held on.
+DB_CONNECT_TIMEOUT_SECONDS = env_int("DB_CONNECT_TIMEOUT_SECONDS", 5, minimum=1)
+_db.setdefault("OPTIONS", {})["connect_timeout"] = DB_CONNECT_TIMEOUT_SECONDS
 _db.setdefault("TEST", {})["NAME"] = env_str("TEST_DATABASE_NAME", f"test_{_db['NAME']}")
 DATABASES = {"default": _db}
 DATABASE_ROUTERS = ("django_tenants.routers.TenantSyncRouter",)

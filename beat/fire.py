@@ -581,6 +581,8 @@ def _admit_written_first(
         [e for e in entries if e.attempt == 1 and not e.judge_lateness] for _k, entries in wanted
     ]
     grouped = [n for n, runs in enumerate(plain) if runs]
+    if len(grouped) < 2:  # the others go the usual way, schema by schema
+        return {}
     found = store.queue_first_attempts_of_schemas(
         cursor,
         [
@@ -588,23 +590,22 @@ def _admit_written_first(
             for n in grouped
         ],
     )
-    queued_of: dict[int, list[store.Queued]] = dict(zip(grouped, found, strict=True))
     out: dict[tuple[int, str], Admitted] = {}
-    for n, ((tenant_id, schema), entries) in enumerate(wanted):
+    for n, queued in zip(grouped, found, strict=True):
+        (tenant_id, schema), entries = wanted[n]
         by_id = {e.run_id: e for e in entries}
-        queued = queued_of.get(n, [])
-        result = Admitted(
-            queued=[
-                engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in queued
-            ]
-        )
+        first = [
+            engine.runs.rebuilt(by_id[q.run_id], q.priority, q.timeout_seconds) for q in queued
+        ]
         moved = {q.run_id for q in queued}
         rest = [e for e in entries if e.run_id not in moved]
-        if rest:
+        result = Admitted()
+        if rest:  # as `_admit_schema` would have done with them (retries: one statement)
             engine.checkpoint()
             if reached is not None:
                 reached.append((tenant_id, schema))
-            _admit_the_rest(engine, cursor, schema, rest, now, result, no_slot)
+            result = _admit_schema(engine, cursor, schema, rest, now, no_slot, early)
+        result.queued = first + result.queued
         out[(tenant_id, schema)] = result
     if reached is not None:
         reached.clear()  # past these tenants: a failure from here on is nobody's own

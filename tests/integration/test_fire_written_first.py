@@ -128,3 +128,22 @@ def test_a_tenant_whose_row_is_locked_costs_only_itself_and_nothing_of_it_is_pub
     assert engine.fire().published == 1
     assert _published(redis_client) == sorted([str(a.id), str(b.id)])
     assert runs_of(alpha, id=a.id)[0].status == states.QUEUED
+
+
+def test_runs_that_face_the_misfire_policy_go_the_usual_way_in_one_pass(live, redis_client):
+    """After a takeover every run is judged for lateness: none goes to the grouped
+    statement (which takes runs held from before their instant), and the chunk must not
+    send an empty one (a syntax error, the chunk redone tenant by tenant, one savepoint
+    each: found by a review). Both runs are decided and published in the first pass."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    _old, clock, _job, a, b = _prepared(live, redis_client)
+    clock.advance(2)
+    new = _engine(redis_client, clock)  # a new leader: it holds the runs from the relay
+    new.relay(force=True)
+    with CaptureQueriesContext(connection) as queries:
+        stats = new.fire()
+    assert stats.published == 2
+    assert _published(redis_client) == sorted([str(a.id), str(b.id)])
+    assert not [q for q in queries.captured_queries if "SAVEPOINT" in q["sql"]]

@@ -484,32 +484,34 @@ def claim_or_requeue(**claim) -> Claimed | None:
         failure = exc
     deadline = time.monotonic() + CLAIM_RECOVERY_SECONDS
     pause = 0.1
+    found: Claimed | None = None
     while True:
-        _reconnect()  # a fresh connection each look (a pool may hand out dead ones)
+        # A soft time limit fires once per task, anywhere in here: it must not end the
+        # look, whose end alone decides whether the delivery may go back.
         try:
+            _reconnect()  # a fresh connection each look (a pool may hand out dead ones)
             _wait_for_backend(backend, deadline)
-            claimed = claim_made(**claim)
+            found = claim_made(**claim)
+            break  # found, or the claim did not commit: the delivery claims again
         except (*CONNECTION_ERRORS, SoftTimeLimitExceeded) as exc:
-            # A soft time limit fires once per task: it must not end the look, whose end
-            # decides whether the delivery may go back.
             failure = exc
-        else:
-            if claimed is not None:
-                log_event(
-                    log,
-                    "worker.claim_recovered",
-                    "run %s attempt %s: the claim's reply was lost, the claim had committed",
-                    claim["run_id"],
-                    claim["attempt"],
-                    run_id=claim["run_id"],
-                    attempt=claim["attempt"],
-                )
-                return claimed
-            break  # the claim did not commit: the delivery goes back and claims again
         if time.monotonic() + pause > deadline:
             break
-        time.sleep(pause)
+        with contextlib.suppress(SoftTimeLimitExceeded):
+            time.sleep(pause)
         pause = min(pause * 2, 2.0)
+    if found is not None:
+        with contextlib.suppress(SoftTimeLimitExceeded):
+            log_event(
+                log,
+                "worker.claim_recovered",
+                "run %s attempt %s: the claim's reply was lost, the claim had committed",
+                claim["run_id"],
+                claim["attempt"],
+                run_id=claim["run_id"],
+                attempt=claim["attempt"],
+            )
+        return found
     _reconnect()
     raise DatabaseUnavailable(str(failure)) from failure
 
@@ -540,12 +542,13 @@ def _backend_pid() -> int | None:
 
 
 # That process, only while it runs a claim of this role (a pid reused by another process,
-# or a session pooler's own pid, matches nothing here).
-_CLAIM_IN_FLIGHT_SQL = """
-SELECT 1 FROM pg_stat_activity
+# or a session pooler's own pid, matches nothing here). Ending it checks the same in the
+# same statement, so nothing can take the pid between the check and the signal.
+_CLAIM_IN_FLIGHT = """
+FROM pg_stat_activity
 WHERE pid = %s AND pid <> pg_backend_pid() AND state = 'active'
   AND usename = current_user AND backend_type = 'client backend'
-  AND query LIKE '%%WITH claimed AS%%'
+  AND query LIKE '%%WITH claimed AS (%%UPDATE%%'
 """
 
 
@@ -561,12 +564,12 @@ def _wait_for_backend(pid: int | None, deadline: float) -> None:
     end_at = time.monotonic() + (deadline - time.monotonic()) / 2
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_IN_FLIGHT_SQL, [pid])
+            if time.monotonic() >= end_at:
+                cursor.execute("SELECT pg_terminate_backend(pid) " + _CLAIM_IN_FLIGHT, [pid])
+                end_at = deadline
+            cursor.execute("SELECT 1 " + _CLAIM_IN_FLIGHT, [pid])
             if cursor.fetchone() is None:
                 return
-            if time.monotonic() >= end_at:
-                cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-                end_at = deadline
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
 

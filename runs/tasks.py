@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -72,8 +73,10 @@ def execute_run(schema: str, run_id: str, attempt: int) -> str:
         )
     except DatabaseUnavailable:
         # Nothing was done: the delivery goes back to the broker (after a pause, so that a
-        # database outage is not a hot loop) rather than waiting for the reaper.
-        time.sleep(REQUEUE_PAUSE_SECONDS)
+        # database outage is not a hot loop) rather than waiting for the reaper. A soft time
+        # limit during the pause must not turn it into a failure (acknowledged: lost).
+        with contextlib.suppress(SoftTimeLimitExceeded):
+            time.sleep(REQUEUE_PAUSE_SECONDS)
         raise Reject("database unavailable: delivery requeued", requeue=True) from None
     except SoftTimeLimitExceeded:
         # Out of time while waiting, unclaimed, for a slot of the full HTTP executor: the

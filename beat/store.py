@@ -19,7 +19,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from core.failpoints import freeze_in_fence
 from core.keys import partition_count
 from core.partitions import lease_row_id
-from core.sql import per_schema, pg_array, table, tagged_union, uuid_array
+from core.sql import per_schema, pg_array, table, tagged_ctes, tagged_union, uuid_array
 from jobs.indexing import SCHEDULABLE
 from runs import status_sql
 from runs.status_sql import STATUS
@@ -221,15 +221,7 @@ def lock_jobs_of_schemas(
 def lock_jobs_of_schemas_sql(wanted: list[tuple[str, list[int]]]) -> tuple[sql.Composed, list]:
     """The statement and parameters of `lock_jobs_of_schemas` (`make bench ARGS=
     "schema-statements"` explains it)."""
-    ctes = sql.SQL(", ").join(
-        sql.SQL("l{n} AS ({query})").format(n=sql.SQL(str(n)), query=_lock_query(schema))
-        for n, (schema, _ids) in enumerate(wanted)
-    )
-    reads = sql.SQL(" UNION ALL ").join(
-        sql.SQL("SELECT {n}, l{n}.* FROM l{n}").format(n=sql.SQL(str(n)))
-        for n in range(len(wanted))
-    )
-    query = sql.SQL("WITH {ctes} {reads}").format(ctes=ctes, reads=reads)
+    query = tagged_ctes([_lock_query(schema) for schema, _ids in wanted])
     return query, [pg_array(ids) for _schema, ids in wanted]
 
 
@@ -526,20 +518,12 @@ def queue_first_attempts_of_schemas(
     small tenants due at once, PostgreSQL's planning of each schema's tables is most of
     the cost: this plans each schema once, where a read before the publication and a write
     after it (ADR 0021) planned it twice (`make bench ARGS="schema-statements"`)."""
-    ctes = sql.SQL(", ").join(
-        sql.SQL("q{n} AS ({query})").format(
-            n=sql.SQL(str(n)), query=_first_attempts_queued_sql(schema)
-        )
-        for n, (schema, _runs, _jobs) in enumerate(wanted)
-    )
-    reads = sql.SQL(" UNION ALL ").join(
-        sql.SQL("SELECT {n}, q{n}.* FROM q{n}").format(n=sql.SQL(str(n)))
-        for n in range(len(wanted))
-    )
     params: list = []
     for _schema, run_ids, job_ids in wanted:
         params += [uuid_array(run_ids), pg_array(sorted(set(job_ids)))]
-    cursor.execute(sql.SQL("WITH {} {}").format(ctes, reads), params)
+    cursor.execute(
+        tagged_ctes([_first_attempts_queued_sql(schema) for schema, _r, _j in wanted]), params
+    )
     found: list[list[Queued]] = [[] for _ in wanted]
     for n, *row in cursor.fetchall():
         found[n].append(Queued(*row))

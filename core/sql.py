@@ -81,6 +81,22 @@ def per_schema(build: Callable[[str], sql.Composable]) -> Callable[[str], sql.SQ
     return query
 
 
+def tagged_ctes(queries: list[sql.Composable]) -> sql.Composed:
+    """One statement of several schemas' queries as CTEs, each one's rows tagged with its
+    position: `WITH q0 AS (...), q1 AS (...) SELECT 0, q0.* FROM q0 UNION ALL ...`. Unlike
+    `tagged_union`, a query may lock rows or modify data (a data-modifying CTE runs to
+    completion whether its rows are read or not)."""
+    ctes = sql.SQL(", ").join(
+        sql.SQL("q{n} AS ({query})").format(n=sql.SQL(str(n)), query=query)
+        for n, query in enumerate(queries)
+    )
+    reads = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT {n}, q{n}.* FROM q{n}").format(n=sql.SQL(str(n)))
+        for n in range(len(queries))
+    )
+    return sql.SQL("WITH {} {}").format(ctes, reads)
+
+
 def tagged_union(parts: Iterable[tuple[int, sql.Composable]]) -> sql.Composed:
     """One statement of several schemas' queries: `UNION ALL` of each, every row starting
     with its query's tag (a tenant id, or a position), so that a chunk of tenants costs one

@@ -129,26 +129,25 @@ WITH found AS (
 )
 
 
+def _claim_tables(schema: str) -> dict:
+    """The names the claim and its recovery read (`_CLAIMED_SQL`), in one schema."""
+    return {
+        "runs": table(schema, "runs_run"),
+        "jobs": table(schema, "jobs_job"),
+        "deps": table(schema, "jobs_dependency"),
+        "tenants": table("public", "tenants_tenant"),
+        **STATUS,
+    }
+
+
 @per_schema
 def _claim_sql(schema: str) -> sql.Composable:
-    return sql.SQL(CLAIM_SQL).format(
-        runs=table(schema, "runs_run"),
-        jobs=table(schema, "jobs_job"),
-        deps=table(schema, "jobs_dependency"),
-        tenants=table("public", "tenants_tenant"),
-        **STATUS,
-    )
+    return sql.SQL(CLAIM_SQL).format(**_claim_tables(schema))
 
 
 @per_schema
 def _claim_recovery_sql(schema: str) -> sql.Composable:
-    return sql.SQL(CLAIM_RECOVERY_SQL).format(
-        runs=table(schema, "runs_run"),
-        jobs=table(schema, "jobs_job"),
-        deps=table(schema, "jobs_dependency"),
-        tenants=table("public", "tenants_tenant"),
-        **STATUS,
-    )
+    return sql.SQL(CLAIM_RECOVERY_SQL).format(**_claim_tables(schema))
 
 
 def claim_run(

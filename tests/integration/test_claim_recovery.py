@@ -64,6 +64,17 @@ def _queued_run(tenant, redis_client, **job):
     return clock, run
 
 
+def _claim(tenant, run, clock: FakeClock, **more) -> dict:
+    """claim_or_requeue's arguments for the run's first attempt, at the clock's now."""
+    return {
+        "schema": tenant.schema_name,
+        "run_id": str(run.id),
+        "attempt": 1,
+        "now": clock.now(),
+        **more,
+    }
+
+
 def test_a_run_whose_claim_reply_was_lost_runs_once_as_claimed(live, redis_client, proxy):
     alpha = live["alpha"].tenant
     clock, run = _queued_run(alpha, redis_client, retry={"max_attempts": 1})
@@ -88,13 +99,7 @@ def test_a_claim_that_never_reached_the_server_hands_the_delivery_back(live, red
     `queued`, and the delivery's next coming claims it."""
     alpha = live["alpha"].tenant
     clock, run = _queued_run(alpha, redis_client)
-    claim = {
-        "schema": alpha.schema_name,
-        "run_id": str(run.id),
-        "attempt": 1,
-        "worker": "w:1",
-        "now": clock.now(),
-    }
+    claim = _claim(alpha, run, clock, worker="w:1")
     with through(proxy):
         cut = proxy.cut_after_request(CLAIM, deliver=False)
         with pytest.raises(DatabaseUnavailable):
@@ -114,12 +119,7 @@ def test_another_workers_claim_is_not_taken_for_ones_own(live, redis_client, pro
     recovery finds no claim of its own and hands the delivery back."""
     alpha = live["alpha"].tenant
     clock, run = _queued_run(alpha, redis_client)
-    claim = {
-        "schema": alpha.schema_name,
-        "run_id": str(run.id),
-        "attempt": 1,
-        "now": clock.now(),
-    }
+    claim = _claim(alpha, run, clock)
     assert claim_or_requeue(worker="w:2", **claim) is not None
     with through(proxy):
         proxy.cut_after_request(CLAIM)
@@ -188,13 +188,7 @@ def test_an_orphaned_claim_still_waiting_is_ended_so_the_delivery_goes_back_clea
     holder.execute(
         f'SELECT 1 FROM "{alpha.schema_name}".runs_run WHERE id = %s FOR UPDATE', [run.id]
     )
-    claim = {
-        "schema": alpha.schema_name,
-        "run_id": str(run.id),
-        "attempt": 1,
-        "worker": "w:1",
-        "now": clock.now(),
-    }
+    claim = _claim(alpha, run, clock, worker="w:1")
     try:
         with through(proxy):
             proxy.cut_after_request(CLAIM, at_reply=False)

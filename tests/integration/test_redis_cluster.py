@@ -17,22 +17,19 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from beat import metrics
 from beat.admission_control import AdmissionConfig, AdmissionControl
 from beat.amqp_writes import AmqpWrites
-from beat.engine import EngineConfig
 from beat.faults import TenantFaults
 from beat.fenced import FencedRedis
 from beat.lease import Lease, LeaseLost
 from beat.loop import SchedulerProcess
-from beat.metrics import announce
 from core import keys
 from core.clock import FakeClock
 from core.keys import index_built_key, index_key, leader_info_key, leader_lock_name
 from core.partitions import partition_of
 from runs.notify import ENDED_REPORTER, notify_run_ended
 
-from .helpers import make_job, runs_of, utc
+from .helpers import fleet_process, make_job, runs_of, utc
 from .test_rabbitmq import _drain
 
 START = utc(2026, 6, 1, 12, 0, 0)
@@ -68,15 +65,7 @@ def new_process(on_redis_cluster, settings):
     made: list[SchedulerProcess] = []
 
     def make(name: str, clock: FakeClock) -> SchedulerProcess:
-        process = SchedulerProcess(
-            client=on_redis_cluster,
-            clock=clock,
-            config=EngineConfig(),
-            lease_seconds=2,
-            holder=name,
-        )
-        metrics._last_announce.pop(name, None)  # announced at once, not a second later
-        announce(on_redis_cluster, name, 2, partitions=settings.SCHEDULER_PARTITIONS)
+        process = fleet_process(on_redis_cluster, name, clock=clock)
         made.append(process)
         return process
 

@@ -146,6 +146,8 @@ def _written_first(engine: Engine, due: list[Pending]) -> frozenset:
     together that planning, not the rows, was most of the fire (docs/benchmarks.md
     "Tenants"), and one grouped write that returns what to publish plans each schema
     once. A burst of a few large tenants still goes out before any write (ADR 0021)."""
+    if len(due) < engine.config.fire_write_first_min_tenants:  # too few runs: no count
+        return frozenset()
     counts = Counter(map(attrgetter("tenant_id"), due))
     small = frozenset(t for t, n in counts.items() if n <= WRITE_FIRST_TENANT_RUNS)
     return small if len(small) >= engine.config.fire_write_first_min_tenants else frozenset()

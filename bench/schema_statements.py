@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from psycopg import sql
 
 from beat import store, sweeps
-from core.sql import pg_array, table
+from core.sql import pg_array, table, tagged_ctes
 
 from .tenant_upgrade import bench_m_tenants
 
@@ -92,6 +92,19 @@ def _read_then_mark(wanted: list[tuple[str, list, list[int]]]) -> None:
     store.mark_published_queued_of_schemas(cursor, [(s, runs) for s, runs, _jobs in wanted])
 
 
+def _retries_statement_grouped(wanted: list[tuple[str, list, list[int]]]) -> None:
+    """The first form tried for ADR 0031, not kept: the retries' one-statement path
+    (`store.queue_unconstrained_sql`) for each schema, grouped as data-modifying CTEs."""
+    query = tagged_ctes([store.queue_unconstrained_sql(s) for s, _runs, _jobs in wanted])
+    now = datetime.now(UTC)
+    params = [
+        p
+        for _s, runs, _jobs in wanted
+        for p in store.queue_unconstrained_params(runs, [1] * len(runs), [], now)
+    ]
+    connection.cursor().execute(query, params)
+
+
 def _timed(run, repeats: int) -> dict:
     """Cold: the first call in a fresh session; warm: the median of `repeats` more."""
     connection.close()
@@ -143,11 +156,11 @@ def run(schemas: int = 25, repeats: int = 5, tenants: int = 100) -> dict:
 
 
 def _run(schemas: int, repeats: int, tenants: int) -> dict:
-    count = max(tenants, 5 * schemas)
+    count = max(tenants, 6 * schemas)
     all_tenants, made = bench_m_tenants(count)
     names = [t.schema_name for t in all_tenants]
-    slices = [names[n * schemas : (n + 1) * schemas] for n in range(5)]
-    published, written = _run_ids(slices[3]), _run_ids(slices[4])
+    slices = [names[n * schemas : (n + 1) * schemas] for n in range(6)]
+    published, written, tried = (_run_ids(s) for s in slices[3:6])
     locks, bare = (_job_ids(s) for s in slices[:2])
     now = datetime.now(UTC)
     chunk = [(n, s) for n, s in enumerate(slices[2])]
@@ -167,6 +180,9 @@ def _run(schemas: int, repeats: int, tenants: int) -> dict:
         "fire_read_then_mark": _timed(lambda: _read_then_mark(published), repeats),
         "fire_write_first": _timed(
             lambda: store.queue_first_attempts_of_schemas(connection.cursor(), written), repeats
+        ),
+        "fire_write_first_as_first_tried": _timed(
+            lambda: _retries_statement_grouped(tried), repeats
         ),
     }
     result["lock_explained"] = _explained(locks)
